@@ -1,0 +1,140 @@
+"""The weights side of every engine: perturb, restore bit-exactly, apply updates in fp32.
+
+``ModuleEngine`` wraps any ``torch.nn.Module``.  It keeps a *master copy* of every parameter
+(fp32, whatever dtype the module runs in) and only ever sets the working weights from it:
+
+- ``perturb(noise, seed, scale)``:  W ← cast(M + scale·ε(seed, name))  for selected names;
+- ``restore()``:                     W ← cast(M)  (bit-exact: no "subtract the noise again");
+- ``apply(noise, update)``:          M ← M + Σᵢ cᵢ·ε(seedᵢ, name) (accumulated in fp32), W ← cast(M).
+
+All writes are in place (``copy_``), never by rebinding ``.data``, so anything that holds a
+parameter's address (CUDA graphs, vLLM's kernels, an optimizer) keeps working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..noise import Noise
+from ..types import Update
+
+
+class ModuleEngine:
+    """Perturb/restore/apply on the parameters of ``module``.
+
+    ``master_device`` holds the fp32 master copy (default: each parameter's own device; pass
+    ``"cpu"`` to keep a GPU model's master in host memory).
+    """
+
+    def __init__(self, module: torch.nn.Module, master_device: str | torch.device | None = None) -> None:
+        self.module = module
+        self.params: dict[str, torch.nn.Parameter] = dict(module.named_parameters())  # ties deduplicated
+        self.master: dict[str, torch.Tensor] = {
+            name: p.detach().to(device=master_device or p.device, dtype=torch.float32, copy=True)
+            for name, p in self.params.items()
+        }
+        self._dirty: set[str] = set()
+
+    # -- the contract ----------------------------------------------------------------------
+    @torch.no_grad()
+    def perturb(self, noise: Noise, seed: int, scale: float) -> None:
+        """Set the selected weights to ``M + scale·ε(seed, name)`` (from the master, not from W)."""
+        _check_finite("scale", scale)
+        self.restore()
+        for name in self._selected(noise):
+            p, m = self.params[name], self.master[name]
+            eps = noise.sample(seed, name, m.shape, device=m.device)
+            p.copy_(eps.mul_(scale).add_(m))
+            self._dirty.add(name)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Set every perturbed weight back to the master copy, bit for bit."""
+        for name in self._dirty:
+            self.params[name].copy_(self.master[name])
+        self._dirty.clear()
+
+    @torch.no_grad()
+    def apply(self, noise: Noise, update: Update) -> None:
+        """``M ← M + Σᵢ cᵢ·ε(seedᵢ)`` in fp32, then ``W ← cast(M)``.
+
+        Non-finite coefficients are refused before anything is written, so weights never
+        become NaN.
+        """
+        for c in update.coefficients:
+            _check_finite("update coefficient", c)
+        self.restore()
+        if update.is_zero():
+            return
+        for name in self._selected(noise):
+            m = self.master[name]
+            m.add_(self.delta(noise, update, name))
+            self.params[name].copy_(m)
+
+    def delta(self, noise: Noise, update: Update, name: str) -> torch.Tensor:
+        """The fp32 tensor ``Σᵢ cᵢ·ε(seedᵢ, name)`` that ``apply`` adds to ``name``'s master."""
+        m = self.master[name]
+        acc = torch.zeros_like(m)
+        for seed, c in zip(update.seeds, update.coefficients):
+            if c != 0.0:
+                acc.add_(noise.sample(seed, name, m.shape, device=m.device), alpha=float(c))
+        return acc
+
+    def checksum(self) -> str:
+        """blake2b over every working parameter's name, dtype, shape and bytes."""
+        return _digest((n, p.detach()) for n, p in self.params.items())
+
+    def master_checksum(self) -> str:
+        return _digest(self.master.items())
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _selected(self, noise: Noise) -> list[str]:
+        names = noise.select(self.params)
+        if not names:
+            raise ValueError(
+                f"noise include={list(noise.include)} exclude={list(noise.exclude)} selects no parameter"
+            )
+        return names
+
+    def master_state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.master)
+
+    def num_parameters(self, noise: Noise | None = None) -> int:
+        names = self.params if noise is None else noise.select(self.params)
+        return sum(self.params[n].numel() for n in names)
+
+    def export(self, directory: str | Path) -> Path:
+        """Write the working weights as ``model.safetensors`` (atomically) and return the path."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "model.safetensors"
+        tmp = path.with_suffix(".tmp")
+        state = {n: p.detach().contiguous().cpu() for n, p in self.params.items()}
+        save_file(state, str(tmp))
+        tmp.replace(path)
+        return path
+
+
+def _digest(items: Iterator[tuple[str, torch.Tensor]]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for name, t in items:
+        t = t.contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _check_finite(what: str, value: float) -> None:
+    try:
+        ok = math.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{what} must be a finite number, got {value!r}")

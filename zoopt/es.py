@@ -1,0 +1,81 @@
+"""The ES shell: step counter, seed stream, estimator, noise and learning rate.
+
+    pop = es.ask()                    # members (seed, sign) at scale σ, same for every caller
+    for i, m in enumerate(pop.members):
+        engine.perturb(es.noise, m.seed, pop.scale(i)); rewards[i] = score(); engine.restore()
+    update = es.tell(rewards)         # α·ĝ as (seeds, coefficients)
+    engine.apply(es.noise, update)
+
+The shell holds no weights: a run is reproduced from ``state_dict()`` plus the log of updates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from .noise import Gaussian, Noise, noise_from_dict
+from .registry import ESTIMATORS, build
+from .types import Population, Update
+
+
+class ES:
+    """Evolution strategies over seeded noise.
+
+    Args:
+        estimator: an estimator object, or a registered name (``"one_point"``, ``"two_point"``).
+        noise: a :class:`~zoopt.noise.Noise` (default ``Gaussian()``).
+        lr: α, multiplied into every update (paper: 2.5e-4).
+        sigma: σ, the perturbation scale (paper: 1.5e-3).
+        population_size: N members per step (paper: 32).
+        seed: base seed; step t's member seeds depend only on (seed, t).
+    """
+
+    def __init__(self, estimator: Any = "one_point", noise: Noise | None = None, lr: float = 2.5e-4,
+                 sigma: float = 1.5e-3, population_size: int = 32, seed: int = 0) -> None:
+        if isinstance(estimator, str):
+            estimator = build(ESTIMATORS, estimator)
+        for name, value in (("lr", lr), ("sigma", sigma)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not isinstance(population_size, int) or population_size < 2:
+            raise ValueError(f"population_size must be an integer ≥ 2, got {population_size!r}")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.estimator = estimator
+        self.noise = noise if noise is not None else Gaussian()
+        self.lr = float(lr)
+        self.sigma = float(sigma)
+        self.population_size = population_size
+        self.seed = seed
+        self.step = 0
+        self._population: Population | None = None
+        # Validate the combination now (e.g. odd N for TwoPoint) rather than at the first ask.
+        self.estimator.plan(0, population_size, self.sigma, seed)
+
+    def ask(self) -> Population:
+        """The population of the current step (asking twice gives the same population)."""
+        if self._population is None or self._population.step != self.step:
+            self._population = self.estimator.plan(self.step, self.population_size, self.sigma, self.seed)
+        return self._population
+
+    def tell(self, rewards: Sequence[float]) -> Update:
+        """Turn the current population's rewards into the update α·ĝ and advance the step."""
+        population = self.ask()
+        update = self.estimator.update(population, rewards).scaled(self.lr)
+        update.info["step"] = self.step
+        self.step += 1
+        return update
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "seed": self.seed, "lr": self.lr, "sigma": self.sigma,
+                "population_size": self.population_size, "noise": self.noise.to_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.seed = int(state["seed"])
+        self.lr = float(state["lr"])
+        self.sigma = float(state["sigma"])
+        self.population_size = int(state["population_size"])
+        self.noise = noise_from_dict(state["noise"])
+        self._population = None

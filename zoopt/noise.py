@@ -1,0 +1,201 @@
+"""Seeded noise samplers: ``ε(seed, name)`` regenerated wherever the weights live.
+
+Every tensor gets its own stream keyed by ``(seed, parameter name)`` through blake2b and
+``numpy.random.SeedSequence`` (never Python's ``hash()``), so the noise of a tensor does not
+depend on which other tensors exist or on their order.  ``correlated=True`` drops the name from
+the key: every tensor restarts the same stream, as the ES-at-scale reference code does.
+
+Generation is in fp32; callers cast once.  On the CPU the stream is numpy's SFC64, filled in
+blocks of ``BLOCK`` elements (each block its own keyed stream), which lets several threads fill
+one tensor while the result stays independent of the thread count.  On other devices the
+stream is torch's generator on that device, so CPU and CUDA noise for the same seed differ.
+
+Samplers (all with mean 0 and unit variance per element):
+- ``Gaussian``:   εⱼ ~ N(0, 1).
+- ``Rademacher``: εⱼ ∈ {−1, +1} with probability ½ each.
+- ``LowRank(r)``: for a matrix W ∈ R^{m×n}, ε = A·Bᵀ/√r with A ∈ R^{m×r}, B ∈ R^{n×r} Gaussian
+  (rank ≤ r); tensors of other dimension fall back to Gaussian.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import ClassVar, Iterable, Sequence
+
+import numpy as np
+import torch
+
+BLOCK = 1 << 18  # elements per independently keyed block of a CPU stream
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max(1, min(8, torch.get_num_threads(), os.cpu_count() or 1)))
+    return _POOL
+
+
+def name_key(name: str) -> int:
+    """A stable 64-bit key for a parameter name (blake2b; identical in every process)."""
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _cpu_fill(out: np.ndarray, key: Sequence[int], draw) -> None:
+    """Fill ``out`` (1-D fp32) block by block from the streams ``key + [block index]``."""
+    n = out.shape[0]
+    blocks = range((n + BLOCK - 1) // BLOCK)
+
+    def fill(b: int) -> None:
+        rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence([*key, b])))
+        draw(rng, out[b * BLOCK : (b + 1) * BLOCK])
+
+    if len(blocks) <= 1:
+        for b in blocks:
+            fill(b)
+    else:
+        list(_pool().map(fill, blocks))
+
+
+def _gaussian_draw(rng: np.random.Generator, out: np.ndarray) -> None:
+    rng.standard_normal(out=out, dtype=np.float32)
+
+
+def _rademacher_draw(rng: np.random.Generator, out: np.ndarray) -> None:
+    bits = rng.integers(0, 2, size=out.shape[0], dtype=np.int8)
+    np.multiply(bits, 2, out=out, casting="unsafe")
+    out -= 1.0
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Base class: a frozen, picklable description of a noise distribution.
+
+    ``include``/``exclude`` are ``fnmatch`` patterns over parameter names: a parameter moves
+    when it matches some include pattern and no exclude pattern.
+    """
+
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    correlated: bool = False
+
+    kind: ClassVar[str] = "noise"
+
+    def __post_init__(self) -> None:
+        for field_name in ("include", "exclude"):
+            value = getattr(self, field_name)
+            if isinstance(value, str):
+                object.__setattr__(self, field_name, (value,))
+            elif not isinstance(value, tuple):
+                object.__setattr__(self, field_name, tuple(value))
+
+    # -- which parameters move -------------------------------------------------------------
+    def selects(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in self.include) and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.exclude
+        )
+
+    def select(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if self.selects(n)]
+
+    # -- the stream ------------------------------------------------------------------------
+    def key(self, seed: int, name: str) -> list[int]:
+        """The SeedSequence entropy for ``(seed, name)``; the name is dropped when correlated."""
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"noise seed must be a non-negative integer, got {seed!r}")
+        return [int(seed), 0 if self.correlated else name_key(name)]
+
+    def sample(self, seed: int, name: str, shape: Sequence[int] | torch.Size,
+               device: torch.device | str = "cpu") -> torch.Tensor:
+        """``ε(seed, name)`` as an fp32 tensor of ``shape`` on ``device``."""
+        raise NotImplementedError
+
+    def _torch_generator(self, seed: int, name: str, device: torch.device) -> torch.Generator:
+        ss = np.random.SeedSequence(self.key(seed, name))
+        return torch.Generator(device=device).manual_seed(int(ss.generate_state(1, np.uint64)[0] >> 1))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Gaussian(Noise):
+    """εⱼ ~ N(0, 1), independent per element."""
+
+    kind: ClassVar[str] = "gaussian"
+
+    def sample(self, seed, name, shape, device="cpu"):
+        device = torch.device(device)
+        numel = int(np.prod(tuple(shape), dtype=np.int64))
+        if device.type == "cpu":
+            out = np.empty(numel, dtype=np.float32)
+            _cpu_fill(out, self.key(seed, name), _gaussian_draw)
+            return torch.from_numpy(out).view(tuple(shape))
+        g = self._torch_generator(seed, name, device)
+        return torch.randn(tuple(shape), generator=g, device=device, dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class Rademacher(Noise):
+    """εⱼ uniform on {−1, +1}, independent per element."""
+
+    kind: ClassVar[str] = "rademacher"
+
+    def sample(self, seed, name, shape, device="cpu"):
+        device = torch.device(device)
+        numel = int(np.prod(tuple(shape), dtype=np.int64))
+        if device.type == "cpu":
+            out = np.empty(numel, dtype=np.float32)
+            _cpu_fill(out, self.key(seed, name), _rademacher_draw)
+            return torch.from_numpy(out).view(tuple(shape))
+        g = self._torch_generator(seed, name, device)
+        bits = torch.randint(0, 2, tuple(shape), generator=g, device=device, dtype=torch.int8)
+        return bits.to(torch.float32).mul_(2).sub_(1)
+
+
+@dataclass(frozen=True)
+class LowRank(Noise):
+    """ε = A·Bᵀ/√r for matrices (rank ≤ r, unit variance per element); Gaussian otherwise.
+
+    Tensors with more than two dimensions are treated as matrices of shape
+    ``(shape[0], prod(shape[1:]))``.  Cost per matrix is (m + n)·r draws instead of m·n.
+    """
+
+    rank: int = 1
+    kind: ClassVar[str] = "low_rank"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"LowRank.rank must be a positive integer, got {self.rank!r}")
+
+    def sample(self, seed, name, shape, device="cpu"):
+        shape = tuple(shape)
+        if len(shape) < 2:
+            return Gaussian(correlated=self.correlated).sample(seed, name, shape, device)
+        m, n = shape[0], int(np.prod(shape[1:]))
+        factors = Gaussian(correlated=self.correlated).sample(seed, name, ((m + n) * self.rank,), device)
+        a = factors[: m * self.rank].view(m, self.rank)
+        b = factors[m * self.rank :].view(n, self.rank)
+        return (a @ b.T).div_(self.rank ** 0.5).view(shape)
+
+
+def noise_from_dict(config: dict) -> Noise:
+    """Rebuild a noise from :meth:`Noise.to_dict` output (or a user config with ``kind``)."""
+    from .registry import NOISE, RegistryError
+
+    config = dict(config)
+    kind = config.pop("kind", "gaussian")
+    cls = NOISE.get(kind)
+    for key in ("include", "exclude"):
+        if key in config and isinstance(config[key], list):
+            config[key] = tuple(config[key])
+    try:
+        return cls(**config)
+    except TypeError as exc:
+        raise RegistryError(f"noise {kind!r}: {exc}") from None

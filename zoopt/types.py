@@ -1,0 +1,71 @@
+"""The small value types that cross every boundary in zoopt.
+
+An ES run is *a base model plus a log of (seed, coefficient) pairs*.  A population member is
+``θ + sign·σ·ε(seed)``; an update is ``θ ← θ + Σᵢ cᵢ·ε(seedᵢ)``.  These types carry exactly
+that information and nothing else, so they are cheap to pickle, log and send to a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Member:
+    """One population member: the weights ``θ + sign·σ·ε(seed)``."""
+
+    seed: int
+    sign: int = 1
+
+    def __post_init__(self) -> None:
+        if self.sign not in (1, -1):
+            raise ValueError(f"Member.sign must be +1 or -1, got {self.sign!r}")
+
+
+@dataclass(frozen=True)
+class Population:
+    """The members an estimator asked for at one step, all evaluated at perturbation scale σ."""
+
+    step: int
+    sigma: float
+    members: tuple[Member, ...]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def scale(self, i: int) -> float:
+        """The signed scale ``sign·σ`` with which member ``i`` perturbs the weights."""
+        return self.members[i].sign * self.sigma
+
+
+@dataclass(frozen=True)
+class Update:
+    """A weight update ``θ ← θ + Σᵢ coefficients[i]·ε(seeds[i])`` (coefficients include α).
+
+    ``seeds`` are unique; an antithetic pair contributes one seed whose coefficient already
+    combines both signs.  ``info`` carries diagnostics (shaping stats, warnings) for logs.
+    """
+
+    seeds: tuple[int, ...]
+    coefficients: tuple[float, ...]
+    info: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.seeds) != len(self.coefficients):
+            raise ValueError(
+                f"Update has {len(self.seeds)} seeds but {len(self.coefficients)} coefficients"
+            )
+
+    def scaled(self, factor: float) -> "Update":
+        """The same direction with every coefficient multiplied by ``factor``."""
+        return Update(self.seeds, tuple(float(c) * factor for c in self.coefficients), self.info)
+
+    def is_zero(self) -> bool:
+        return all(c == 0.0 for c in self.coefficients)
+
+    def to_dict(self) -> dict:
+        return {"seeds": [int(s) for s in self.seeds], "coefficients": [float(c) for c in self.coefficients]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Update":
+        return cls(tuple(int(s) for s in d["seeds"]), tuple(float(c) for c in d["coefficients"]))
