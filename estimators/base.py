@@ -84,8 +84,9 @@ class SignedEstimator:
         if r.shape != (n,):
             raise ValueError(f"got {r.size} rewards for a population of {n}")
         seeds = tuple(dict.fromkeys(m.seed for m in population.members))
-        stats = {"reward_mean": _finite_or_none(np.nanmean(r) if np.isfinite(r).any() else np.nan),
-                 "reward_std": _finite_or_none(np.nanstd(r) if np.isfinite(r).any() else np.nan)}
+        finite = r[np.isfinite(r)]
+        stats = {"reward_mean": float(finite.mean()) if finite.size else None,
+                 "reward_std": float(finite.std()) if finite.size else None}
         reason = None
         if not np.isfinite(r).all():
             reason = f"{int((~np.isfinite(r)).sum())} of {n} rewards are NaN/inf"
@@ -106,10 +107,6 @@ class SignedEstimator:
             coef[m.seed] += m.sign * wi / norm
         return Update(seeds, tuple(coef[s] for s in seeds),
                       {**stats, "shaped_min": float(w.min()), "shaped_max": float(w.max())})
-
-
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
 
 
 __all__ = ["Estimator", "SignedEstimator", "member_seeds", "DegenerateRewardsWarning", "Member"]
