@@ -1,0 +1,253 @@
+"""``HFEngine``: rollouts with a transformers causal LM, weights handled by ``ModuleEngine``.
+
+Generation is zoopt's own KV-cached decoding loop over the HF model's ``forward`` (left
+padding, attention mask, position ids from the mask), in micro-batches of ``batch_size``
+sequences, under ``torch.inference_mode()``.  At step t with raw next-token logits ℓ_t:
+
+- greedy (``temperature == 0``): the token is ``argmax ℓ_t`` (first index on ties);
+- sampling: p_t = softmax(ℓ_t / T), restricted to the top-p nucleus (the smallest set of most
+  likely tokens whose mass reaches ``top_p``, renormalised) and sampled by inverse CDF with a
+  uniform u ∈ (0, 1] drawn from a numpy stream keyed by ``(sampling.seed, prompt index,
+  sample index)``.  So the global torch RNG is never touched, and a completion depends only
+  on its seed, its prompt and the weights — not on ``batch_size``, on the other prompts in
+  the batch, or on the device (up to floating-point differences in the logits).
+- ``logprobs=True``: ``logprobs[t] = log q_t(token_t)`` and ``entropies[t] = −Σ q_t log q_t``
+  (nats) with q_t = softmax(ℓ_t / T) — the temperature-scaled distribution *before* top-p,
+  with T = 1 for greedy decoding.
+
+A sequence stops at its first EOS or pad token (that token is kept in ``token_ids`` and has
+a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise after
+``max_new_tokens`` tokens, ``finish_reason="length"``.  ``text`` skips special tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..models import load_model
+from .base import Completion, Prompt, Sampling
+from .module import ModuleEngine
+
+
+@dataclass
+class GenerationStats:
+    """Running counters over every ``generate`` call (reset with :meth:`reset`)."""
+
+    calls: int = 0
+    sequences: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def reset(self) -> None:
+        self.calls = self.sequences = self.generated_tokens = 0
+        self.seconds = 0.0
+
+
+class HFEngine(ModuleEngine):
+    """A transformers causal LM as a :class:`~zoopt.engines.base.RolloutEngine`.
+
+    ``system_prompt`` (optional) is prepended as a system message to every conversation
+    that has none; it needs a tokenizer with a chat template.
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
+                 system_prompt: str | None = None) -> None:
+        super().__init__(model, master_device=master_device)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1, got {batch_size!r}")
+        if system_prompt is not None and not tokenizer.chat_template:
+            raise ValueError("system_prompt needs a tokenizer with a chat template")
+        self.tokenizer = tokenizer
+        self.batch_size = int(batch_size)
+        self.system_prompt = system_prompt
+        self.stats = GenerationStats()
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.stop_ids = _stop_ids(model, tokenizer)
+        self._cache_arg = _cache_argument(model)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", **kw) -> "HFEngine":
+        """Load with :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:SEED"``, a path)."""
+        model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
+        return cls(model, tokenizer, **kw)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    # -- prompts ---------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt: chat-templated (with generation prompt) when possible."""
+        tok = self.tokenizer
+        if isinstance(prompt, str) and not tok.chat_template:
+            ids = tok(prompt, add_special_tokens=True)["input_ids"]
+            if not ids and tok.bos_token_id is None:
+                raise ValueError("an empty prompt needs a tokenizer with a BOS token")
+            return ids or [tok.bos_token_id]
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        if not tok.chat_template:
+            raise ValueError("a prompt given as chat messages needs a tokenizer with a chat template")
+        if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
+        """``sampling.n`` completions per prompt, ``result[i][j]`` (see the module docstring)."""
+        if isinstance(prompts, (str, dict)):
+            raise TypeError("generate takes a sequence of prompts, not a single prompt")
+        t0 = time.perf_counter()
+        encoded = [self.encode(p) for p in prompts]
+        rows = [(i, j) for i in range(len(encoded)) for j in range(sampling.n)]
+        rows.sort(key=lambda r: len(encoded[r[0]]))  # less padding; results do not depend on order
+        results: list[list[Completion | None]] = [[None] * sampling.n for _ in encoded]
+        self.module.eval()
+        with torch.inference_mode():
+            for start in range(0, len(rows), self.batch_size):
+                chunk = rows[start : start + self.batch_size]
+                for (i, j), c in zip(chunk, self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling)):
+                    results[i][j] = c
+        self.stats.calls += 1
+        self.stats.sequences += len(rows)
+        self.stats.generated_tokens += sum(len(c.token_ids) for r in results for c in r)
+        self.stats.seconds += time.perf_counter() - t0
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]],
+                        sampling: Sampling) -> list[Completion]:
+        device, B, T = self.device, len(prompts), sampling.max_new_tokens
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((B, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, width), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            if p:
+                input_ids[b, width - len(p):] = torch.tensor(p)
+                mask[b, width - len(p):] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+        uniforms = None if sampling.greedy else _uniforms(sampling.seed, keys, T).to(device)
+        stop = torch.tensor(sorted(self.stop_ids), device=device)
+
+        tokens, logps, ents = [], [], []
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        cache = None
+        for t in range(T):
+            out = self.module(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                              use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+            cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :].float()
+            if sampling.greedy:
+                token = logits.argmax(-1)
+            else:
+                token = _sample(logits / sampling.temperature, sampling.top_p, uniforms[:, t])
+            if sampling.logprobs:
+                logq = torch.log_softmax(logits / (sampling.temperature or 1.0), dim=-1)
+                logps.append(logq.gather(-1, token[:, None])[:, 0])
+                ents.append((logq.exp() * logq).sum(-1).neg_().clamp_(min=0.0))
+            token = token.masked_fill(done, self.pad_id)
+            tokens.append(token)
+            done |= torch.isin(token, stop)
+            if bool(done.all()):
+                break
+            input_ids = token[:, None]
+            mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+            positions = positions[:, -1:] + 1
+        return self._completions(torch.stack(tokens, 1), logps, ents)
+
+    def _completions(self, tokens: torch.Tensor, logps: list, ents: list) -> list[Completion]:
+        tokens = tokens.cpu().tolist()
+        lp = torch.stack(logps, 1).cpu().tolist() if logps else None
+        en = torch.stack(ents, 1).cpu().tolist() if ents else None
+        result = []
+        for b, row in enumerate(tokens):
+            stop_at = next((t for t, tok in enumerate(row) if tok in self.stop_ids), None)
+            n = len(row) if stop_at is None else stop_at + 1
+            ids = row[:n]
+            result.append(Completion(
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=ids,
+                logprobs=lp[b][:n] if lp is not None else None,
+                entropies=en[b][:n] if en is not None else None,
+                finish_reason="length" if stop_at is None else "stop",
+            ))
+        return result
+
+    # -- export ----------------------------------------------------------------------------
+    def export_pretrained(self, directory: str | Path) -> Path:
+        """Write an HF directory (config, tokenizer, safetensors) loadable by ``load_model``.
+
+        The weights written are the fp32 *master* (the exact ES state, whatever dtype the
+        module runs in); perturbations are not exported.  The directory appears atomically:
+        it is written beside ``directory`` and renamed into place (replacing an old one).
+        """
+        directory = Path(directory).absolute()
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        self.restore()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        try:
+            self.module.save_pretrained(str(tmp), state_dict=dict(self.master))
+            self.tokenizer.save_pretrained(str(tmp))
+            if directory.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+                os.replace(directory, old / directory.name)
+                os.replace(tmp, directory)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return directory
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    """EOS (tokenizer's and generation config's) and pad token ids."""
+    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+    return {int(i) for i in ids if i is not None}
+
+
+def _cache_argument(model) -> str:
+    """The KV-cache keyword of ``model.forward``: ``cache`` (transformers ≥ 5.2x) or ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _uniforms(seed: int, keys: list[tuple[int, int]], steps: int) -> torch.Tensor:
+    """u ∈ (0, 1], shape (len(keys), steps): row (i, j) from the stream ``(seed, i, j)``."""
+    rows = [1.0 - np.random.default_rng(np.random.SeedSequence([int(seed), i, j])).random(steps, dtype=np.float32)
+            for i, j in keys]
+    return torch.from_numpy(np.stack(rows))
+
+
+def _sample(logits: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sample from softmax(logits) restricted to the top-p nucleus.
+
+    With u ∈ (0, 1] and target = u·total, the first index whose cumulative mass reaches the
+    target always has positive probability, so masked or underflowed tokens are never chosen.
+    """
+    probs = torch.softmax(logits, dim=-1)
+    order = None
+    if top_p < 1.0:
+        probs, order = probs.sort(dim=-1, descending=True)
+        probs = probs * ((probs.cumsum(-1) - probs) < top_p)  # keeps the most likely token always
+    cdf = probs.cumsum(-1)
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None].contiguous()).clamp_(max=cdf.shape[-1] - 1)
+    return (order.gather(-1, idx) if order is not None else idx)[:, 0]
