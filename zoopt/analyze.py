@@ -1,0 +1,240 @@
+"""The library behind ``zoopt eval`` and ``zoopt analyze``: how far, and how sparsely, did
+training move the weights, and how much of the gain do the small updates carry?
+
+With ``Δ = θ − θ₀`` (TRAINED minus BASE, both fp32, compared on ``named_parameters`` so tied
+tensors count once; see :mod:`zoopt.state`):
+
+* relative drift ``D_rel = ‖Δ‖₂ / ‖θ₀‖₂``, overall and per parameter group
+  (:func:`zoopt.metrics.relative_drift`, :func:`~zoopt.metrics.drift_by_group`);
+* magnitude shares at τ: ``small = #{0 < |Δ| ≤ τ}``, ``large = #{|Δ| > τ}``, the paper's
+  "% of updates below τ" = ``small / (small + large)`` (:func:`~zoopt.metrics.magnitude_shares`);
+* thresholded checkpoints ``θ_τ = where(|Δ| > τ, θ, θ₀)``: the ``small`` elements are reverted,
+  so ``share_reverted = small/nonzero`` of the moved weights (``small/total`` of all weights);
+* optionally the held-out accuracy of BASE, TRAINED and every ``θ_τ`` with
+  ``retained = (acc_τ − acc_base) / (acc_trained − acc_base)`` (``None`` when TRAINED did not
+  change the accuracy).
+
+Evaluation settings come from a run config (``zoopt/configs/train.yaml`` keys) and call
+:func:`zoopt.evaluate.evaluate` with exactly the arguments of :func:`zoopt.train.evaluate_run`,
+so an accuracy here equals the training loop's at the same settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import plots
+from .metrics import (TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group,
+                      threshold_state_dict)
+from .state import LoadedModel, load_params, save_with_params
+
+Params = dict[str, torch.Tensor]
+
+
+# -- evaluation ---------------------------------------------------------------------------
+def eval_kwargs(cfg: dict) -> dict:
+    """``evaluate`` keyword arguments from a run config, as :func:`zoopt.train.evaluate_run`
+    builds them (``eval.n_samples = 0`` ⇒ greedy only)."""
+    ev = cfg["eval"]
+    n_samples = int(ev["n_samples"]) or None
+    return dict(split="test", n_problems=int(ev["n_problems"]),
+                ks=tuple(int(k) for k in ev["ks"]) if n_samples else (1,), n_samples=n_samples,
+                temperature=float(ev["temperature"]), max_new_tokens=int(ev["max_new_tokens"]),
+                greedy=True, batch_size=int(cfg["batch_size"]), seed=int(cfg["seed"]),
+                timeout_s=float(cfg["reward_timeout_s"]))
+
+
+def evaluate_model(cfg: dict, objective=None, progress=None):
+    """Evaluate ``cfg["model"]`` (engine ``cfg["engine"]`` in ``cfg["dtype"]``) on ``objective``
+    (default: built from ``cfg``); returns the ``EvalResult`` with the working weights'
+    ``checksum`` added to its summary (comparable with a run's ``eval_after.json``)."""
+    from .evaluate import evaluate
+    from .models import ModelLoadError
+    from .train import build_engine, build_objective
+
+    objective = objective if objective is not None else build_objective(cfg)
+    try:
+        engine = build_engine(cfg, objective)
+    except ModelLoadError as exc:  # the CLI reports ValueErrors as one-line errors
+        raise ValueError(str(exc)) from None
+    result = evaluate(engine, objective, progress=progress, **eval_kwargs(cfg))
+    result.summary["checksum"] = engine.checksum()
+    return result
+
+
+# -- weights ------------------------------------------------------------------------------
+def weight_report(base: Params, trained: Params, tau: float = TAU) -> dict:
+    """Drift (``all`` and per group) and magnitude shares at ``tau`` (overall and per group)."""
+    groups = sorted({param_group(n) for n in base})
+    by_group = {}
+    for g in groups:
+        keys = [n for n in base if param_group(n) == g]
+        by_group[g] = magnitude_shares({k: base[k] for k in keys},
+                                       {k: trained[k] for k in keys if k in trained}, tau)
+    return {"drift": drift_by_group(base, trained), "shares": magnitude_shares(base, trained, tau),
+            "shares_by_group": by_group}
+
+
+def tau_dirname(tau: float) -> str:
+    """``1.5e-3`` → ``tau-0.0015``, ``inf`` → ``tau-inf``."""
+    return f"tau-{float(tau):g}"
+
+
+def write_thresholded(base: LoadedModel, trained: LoadedModel, tau: float,
+                      directory: str | Path) -> dict:
+    """Write ``θ_τ`` (see the module doc) as an HF directory; return its sparsity record."""
+    shares = magnitude_shares(base.params, trained.params, tau)
+    path = save_with_params(trained, threshold_state_dict(base.params, trained.params, tau),
+                            directory)
+    return {"tau": float(tau), "dir": str(path), "reverted": shares["small"],
+            "kept": shares["large"], "unchanged": shares["zero"], "total": shares["total"],
+            "share_reverted": shares["share_small"],
+            "share_reverted_of_all": shares["small"] / shares["total"] if shares["total"] else None}
+
+
+def _metric(summary: dict | None, key: str):
+    return None if summary is None else summary.get(key)
+
+
+def _diff(a, b):
+    return None if a is None or b is None else a - b
+
+
+def _retained(acc, base_acc, trained_acc):
+    if acc is None or base_acc is None or trained_acc is None or trained_acc == base_acc:
+        return None
+    return (acc - base_acc) / (trained_acc - base_acc)
+
+
+def analyze(base_spec: str, trained_spec: str, out: str | Path, *, tau: float = TAU,
+            thresholds: tuple[float, ...] = (), eval_cfg: dict | None = None, bins: int = 60,
+            progress: Callable | bool | None = None) -> dict:
+    """Compare BASE and TRAINED, write ``analysis.json``, ``magnitude_histogram.png`` and one
+    ``tau-<τ>/`` HF directory per threshold into ``out``; with ``eval_cfg`` (a run config
+    naming the objective) also evaluate BASE, TRAINED and every thresholded model."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    base, trained = load_params(base_spec), load_params(trained_spec)
+    report = {"base": str(base_spec), "base_path": base.path, "trained": str(trained_spec),
+              "trained_path": trained.path, "n_tensors": len(base.params),
+              **weight_report(base.params, trained.params, tau), "tau": float(tau)}
+    counts, edges = magnitude_histogram(base.params, trained.params, bins=bins)
+    report["histogram"] = {"counts": counts.tolist(), "edges": edges.tolist()}
+    hist_png = plots.plot_magnitude_histogram(counts, edges, tau, out / "magnitude_histogram.png")
+    report["plots"] = {"magnitude_histogram": str(hist_png)}
+    report["thresholds"] = [write_thresholded(base, trained, t, out / tau_dirname(t))
+                            for t in thresholds]
+    del base, trained
+    if eval_cfg is not None:
+        report["eval"] = _evaluate_all(report, eval_cfg, progress)
+    (out / "analysis.json").write_text(json.dumps(jsonable(report), indent=2))
+    return report
+
+
+def _evaluate_all(report: dict, eval_cfg: dict, progress) -> dict:
+    from .train import build_objective
+
+    objective = build_objective(eval_cfg)
+
+    def run(path: str) -> dict:
+        return evaluate_model({**eval_cfg, "model": path}, objective, progress).summary
+
+    base_s, trained_s = run(report["base_path"]), run(report["trained_path"])
+    keys = ("greedy_accuracy", "pass@1")
+    for rec in report["thresholds"]:
+        s = run(rec["dir"])
+        rec["eval"] = s
+        for key in keys:
+            rec[f"{key}_change"] = _diff(_metric(s, key), _metric(trained_s, key))
+            rec[f"{key}_retained"] = _retained(_metric(s, key), _metric(base_s, key),
+                                               _metric(trained_s, key))
+    settings = dict(eval_kwargs(eval_cfg))
+    settings.update(objective=eval_cfg["objective"], objective_args=eval_cfg.get("objective_args"),
+                    dtype=eval_cfg["dtype"], ks=list(settings["ks"]))
+    return {"settings": settings, "base": base_s, "trained": trained_s}
+
+
+def jsonable(obj):
+    """``obj`` with NaN/inf floats as ``None``/strings and tuples as lists (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
+# -- tables -------------------------------------------------------------------------------
+def _fmt(value, spec: str = ".4f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(value, spec)
+
+
+def tables(report: dict) -> list:
+    """Rich tables: drift and shares per group; thresholds (with accuracies when evaluated)."""
+    from rich.table import Table
+
+    tau = report["tau"]
+    t = Table(title=f"weight change {report['base']} → {report['trained']}  (τ = {tau:g})")
+    for col in ("group", "D_rel", "weights", "moved", f"|Δ| ≤ τ of moved", "|Δ| > τ of moved"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    rows = [*report["shares_by_group"].items(), ("all", report["shares"])]
+    for g, s in rows:
+        t.add_row(g, _fmt(report["drift"].get(g), ".3e"), str(s["total"]), str(s["nonzero"]),
+                  _fmt(s["share_small"]), _fmt(s["share_large"]))
+    out = [t]
+    if report["thresholds"] or "eval" in report:
+        t = Table(title="thresholded checkpoints θ_τ = where(|Δ| > τ, θ, θ₀)")
+        for col in ("model", "reverted of moved", "greedy acc", "Δ vs trained", "pass@1",
+                    "Δ vs trained ", "retained (greedy)"):
+            t.add_column(col, justify="left" if col == "model" else "right", no_wrap=col == "model")
+        ev = report.get("eval") or {}
+        for name in ("base", "trained"):
+            if name in ev:
+                s = ev[name]
+                t.add_row(name, "", _fmt(s.get("greedy_accuracy")), "", _fmt(s.get("pass@1")),
+                          "", "")
+        for rec in report["thresholds"]:
+            s = rec.get("eval") or {}
+            t.add_row(f"τ = {rec['tau']:g}", _fmt(rec["share_reverted"]),
+                      _fmt(s.get("greedy_accuracy")), _fmt(rec.get("greedy_accuracy_change"), "+.4f"),
+                      _fmt(s.get("pass@1")), _fmt(rec.get("pass@1_change"), "+.4f"),
+                      _fmt(rec.get("greedy_accuracy_retained"), ".2f"))
+        out.append(t)
+    return out
+
+
+# -- training logs ------------------------------------------------------------------------
+def plot_run(run_dir: str | Path) -> Path:
+    """``run_dir/training.png`` from ``run_dir/metrics.jsonl`` (:func:`plots.plot_training_log`).
+
+    The trainer logs periodic evaluations as separate ``{"step", "eval_accuracy"}`` lines;
+    they are merged into that step's record first, so every line the plot reads has
+    ``reward_mean``.
+    """
+    run_dir = Path(run_dir)
+    log = run_dir / "metrics.jsonl"
+    if not log.is_file():
+        raise FileNotFoundError(f"no metrics.jsonl in run directory {str(run_dir)!r}")
+    merged: dict[int, dict] = {}
+    for n, line in enumerate(log.read_text().splitlines(), 1):
+        if line.strip():
+            row = json.loads(line)
+            if "step" not in row:
+                raise ValueError(f"{log}:{n}: a metrics line needs 'step'")
+            merged.setdefault(row["step"], {}).update(row)
+    rows = [r for _, r in sorted(merged.items()) if "reward_mean" in r]
+    if not rows:
+        raise ValueError(f"{log}: no step record with 'reward_mean'")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "metrics.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return plots.plot_training_log(path, run_dir / "training.png")

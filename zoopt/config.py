@@ -1,0 +1,85 @@
+"""Run configuration: a YAML file (defaults in ``zoopt/configs/train.yaml``) plus overrides.
+
+``--set key=value`` overrides use dotted keys for sections (``sampling.max_new_tokens=16``);
+values are parsed as YAML (``1e-3`` → float, ``[a, b]`` → list).  A key that the defaults do
+not have is an error that names it (with the closest known key), so a typo never silently
+trains with the default.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+OPEN_SECTIONS = {"objective_args"}  # free-form: passed to the objective's constructor
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message is one line and names it."""
+
+
+def default_config(name: str = "train") -> dict:
+    text = resources.files("zoopt.configs").joinpath(f"{name}.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), base: str = "train") -> dict:
+    """Defaults ← YAML file ← ``key=value`` overrides; unknown keys raise :class:`ConfigError`."""
+    config = default_config(base)
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        user = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(user, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, got {type(user).__name__}")
+        merge(config, user)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        set_dotted(config, key.strip(), yaml.safe_load(raw))
+    return config
+
+
+def merge(config: dict, user: dict) -> None:
+    for key, value in user.items():
+        set_dotted(config, str(key), value)
+
+
+def set_dotted(config: dict, key: str, value: Any) -> None:
+    """Set ``config[a][b] = value`` for ``key = "a.b"``, refusing keys the defaults lack."""
+    parts = key.split(".")
+    if parts[0] in OPEN_SECTIONS:
+        node = config.setdefault(parts[0], {})
+        if len(parts) == 1:
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {key!r} must be a mapping, got {value!r}")
+            node.update(copy.deepcopy(value))
+            return
+        for part in parts[1:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = copy.deepcopy(value)
+        return
+    node = config
+    for i, part in enumerate(parts):
+        dotted = ".".join(parts[: i + 1])
+        if not isinstance(node, dict) or part not in node:
+            known = list(node) if isinstance(node, dict) else []
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = f"; did you mean {'.'.join(parts[:i] + [close[0]])!r}?" if close else ""
+            raise ConfigError(f"unknown config key {dotted!r}{hint}")
+        if i < len(parts) - 1:
+            node = node[part]
+        elif isinstance(node[part], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {dotted!r} is a section; set its keys ({dotted}.KEY=...)")
+            for k, v in value.items():
+                set_dotted(config, f"{dotted}.{k}", v)
+        else:
+            node[part] = copy.deepcopy(value)
