@@ -147,3 +147,17 @@ def test_tied_parameters_are_moved_once():
     assert list(engine.params) == ["emb.weight"]
     engine.perturb(Gaussian(), 1, 0.1)
     assert model["head"].weight is model["emb"].weight
+
+
+def test_sync_master_takes_weights_changed_by_an_optimizer():
+    net = small_net(torch.float32)
+    engine = ModuleEngine(net)
+    with torch.no_grad():
+        net[0].weight.add_(1.0)
+    engine.sync_master()
+    engine.perturb(Gaussian(), 1, 0.1)
+    engine.restore()
+    assert torch.equal(engine.master["0.weight"], net[0].weight.detach())
+    engine.perturb(Gaussian(), 1, 0.1)
+    with pytest.raises(RuntimeError, match="restore"):
+        engine.sync_master()

@@ -85,6 +85,15 @@ class ModuleEngine:
                 acc.add_(noise.sample(seed, name, m.shape, device=m.device), alpha=float(c))
         return acc
 
+    @torch.no_grad()
+    def sync_master(self) -> None:
+        """Take the current working weights as the new master (after a gradient optimizer,
+        e.g. GRPO, changed the module in place).  Perturbed weights are refused."""
+        if self._dirty:
+            raise RuntimeError("sync_master() on perturbed weights: restore() first")
+        for name, p in self.params.items():
+            self.master[name].copy_(p.detach())
+
     def checksum(self) -> str:
         """blake2b over every working parameter's name, dtype, shape and bytes."""
         return _digest((n, p.detach()) for n, p in self.params.items())
