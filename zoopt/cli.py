@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_commands(sub)
+    from .cli_sweep import add_command as add_sweep_command
+
+    add_sweep_command(sub)
     return parser
 
 

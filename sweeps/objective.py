@@ -1,0 +1,110 @@
+"""One sweep trial: suggest params, ES-train a run, return the final metric(s) to Optuna.
+
+:class:`TrialObjective` is the ``func`` given to ``study.optimize``.  For a trial it
+
+1. suggests every param of ``spec.space`` (trial params are keyed by dotted config keys);
+2. builds the train config (:meth:`SweepSpec.trial_config`) with ``run_dir`` =
+   ``<study_dir>/trials/trial-NNNN`` and records ``run_dir``, ``config``, ``steps`` and
+   ``worker`` as trial user attrs;
+3. drives :class:`zoopt.train.Trainer` step by step; with a single objective and
+   ``report_every`` > 0 it evaluates every ``report_every`` steps (before the last),
+   ``trial.report(value, steps_done)`` and raises ``optuna.TrialPruned`` when
+   ``trial.should_prune()``;
+4. evaluates once more after the last step (written to ``run_dir/eval_after.json`` and the
+   ``eval`` user attr) and returns the metric value (one objective) or the list of values.
+
+A metric that is missing or ``None`` is returned as NaN, which Optuna records as FAIL; an
+exception also fails the trial (the sweep runs with ``catch=(Exception,)``) and its message is
+kept as the ``error`` user attr.  Trials never
+export weights: the trial's seed log rebuilds them (``zoopt export``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import optuna
+
+from zoopt.train import Trainer, evaluate_run
+
+from .spec import Objective, SweepSpec
+
+EvaluateFn = Callable[[Trainer], dict]
+
+
+def default_evaluate(trainer: Trainer) -> dict:
+    """The held-out evaluation of ``zoopt train`` (``eval`` section of the trial's config)."""
+    return evaluate_run(trainer.engine, trainer.objective, trainer.cfg)
+
+
+def metric_value(objective: Objective, summary: dict, record: dict | None) -> float:
+    """``objective.metric`` from an eval ``summary`` (or the last step ``record`` for
+    ``reward``); NaN when absent."""
+    if objective.metric == "reward":
+        value = None if record is None else record.get("reward_mean")
+    else:
+        value = summary.get(objective.metric)
+    return float("nan") if value is None else float(value)
+
+
+class TrialObjective:
+    """``study.optimize(TrialObjective(spec, study_dir), ...)``; see the module docstring.
+
+    ``evaluate_fn(trainer) -> summary dict`` replaces the held-out evaluation (a hook for
+    custom metrics and tests); it must be a module-level function when ``workers`` > 1.
+    """
+
+    def __init__(self, spec: SweepSpec, study_dir: str | Path, evaluate_fn: EvaluateFn | None = None,
+                 worker: int = 0) -> None:
+        self.spec = spec
+        self.study_dir = Path(study_dir)
+        self.evaluate_fn = evaluate_fn or default_evaluate
+        self.worker = worker
+
+    def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        spec = self.spec
+        params = {name: param.suggest(trial) for name, param in spec.space.items()}
+        run_dir = self.study_dir / "trials" / f"trial-{trial.number:04d}"
+        cfg = spec.trial_config(params, run_dir)
+        for key, value in (("run_dir", str(run_dir)), ("config", cfg), ("steps", cfg["steps"]),
+                           ("worker", self.worker)):
+            trial.set_user_attr(key, value)
+        if (run_dir / "seedlog.json").exists():
+            raise FileExistsError(f"{run_dir} already holds a run (left from an earlier study of this name?)")
+        try:
+            return self._train(trial, cfg, run_dir)
+        except optuna.TrialPruned:
+            raise
+        except Exception as exc:
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
+            raise
+
+    def _train(self, trial: optuna.Trial, cfg: dict, run_dir: Path) -> float | list[float]:
+        spec = self.spec
+        trainer = Trainer(cfg, run_dir)
+        needs_eval = any(o.needs_eval for o in spec.objectives)
+        every = spec.report_every if not spec.multi_objective else 0
+        steps, record = int(cfg["steps"]), None
+        while trainer.es.step < steps:
+            record = trainer.step()
+            done = trainer.es.step
+            if every and done % every == 0 and done < steps:
+                summary = self.evaluate_fn(trainer) if needs_eval else {}
+                value = metric_value(spec.objectives[0], summary, record)
+                trial.report(value, done)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"step {done}: {spec.objectives[0].metric}={value:.4g}")
+        summary = self.evaluate_fn(trainer) if needs_eval else {}
+        if needs_eval:
+            (run_dir / "eval_after.json").write_text(json.dumps(summary, indent=2, default=str))
+            trial.set_user_attr("eval", {k: v for k, v in summary.items()
+                                         if isinstance(v, (int, float, str)) and not _nan(v)})
+        values = [metric_value(o, summary, record) for o in spec.objectives]
+        return values if spec.multi_objective else values[0]
+
+
+def _nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -1,0 +1,108 @@
+"""The Optuna side of a sweep: storage, sampler, pruner and the study itself.
+
+* Storage: any RDB URL (SQLite, PostgreSQL, MySQL) as an ``optuna.storages.RDBStorage`` with
+  heartbeats, so a trial whose process died (RUNNING, silent past ``grace_period``) is marked
+  FAIL by Optuna before the next trial starts — and re-queued when ``heartbeat.retry`` > 0.
+  SQLite connections wait up to 60 s for a lock, so several processes can share one file.
+* Sampler: ``tpe`` | ``random`` | ``grid`` | ``nsga2`` with the spec's options.  Its seed is
+  drawn from ``(spec.seed, worker, trials already in the study)``, so parallel workers and
+  resumed runs do not replay each other's random draws; TPE in parallel workers uses
+  ``constant_liar`` unless the spec says otherwise.  ``grid`` walks the product of the
+  categorical/int params.
+* Pruner: ``none`` | ``median`` | ``hyperband`` with the spec's options.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import optuna
+from optuna.storages import RDBStorage, RetryFailedTrialCallback
+
+from .space import SpecError
+from .spec import SweepSpec
+
+SQLITE_TIMEOUT_S = 60
+
+
+def make_storage(url: str, spec: SweepSpec) -> RDBStorage:
+    """An RDB storage for ``url`` with the spec's heartbeat settings."""
+    hb = spec.heartbeat
+    engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else None
+    retry = RetryFailedTrialCallback(max_retry=hb.retry) if hb.retry else None
+    with warnings.catch_warnings():  # heartbeats are an "experimental" Optuna argument
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval,
+                          grace_period=hb.grace_period, failed_trial_callback=retry)
+
+
+def sampler_seed(spec: SweepSpec, worker: int, n_existing: int) -> int:
+    return int(np.random.SeedSequence([spec.seed, worker, n_existing]).generate_state(1)[0])
+
+
+def make_sampler(spec: SweepSpec, *, worker: int = 0, n_existing: int = 0, workers: int = 1):
+    """The spec's sampler; bad options raise :class:`SpecError` naming ``sampler``."""
+    kind, options = spec.sampler
+    kwargs = {"seed": sampler_seed(spec, worker, n_existing), **options}
+    try:
+        if kind == "tpe":
+            if workers > 1:
+                kwargs.setdefault("constant_liar", True)
+            return optuna.samplers.TPESampler(**kwargs)
+        if kind == "random":
+            return optuna.samplers.RandomSampler(**kwargs)
+        if kind == "nsga2":
+            return optuna.samplers.NSGAIISampler(**kwargs)
+        grid = {name: param.grid() for name, param in spec.space.items()}
+        return optuna.samplers.GridSampler(grid, **kwargs)
+    except TypeError as exc:
+        raise SpecError(f"sampler: bad option for {kind!r}: {exc}") from None
+
+
+def make_pruner(spec: SweepSpec):
+    """The spec's pruner; bad options raise :class:`SpecError` naming ``pruner``."""
+    kind, options = spec.pruner
+    try:
+        if kind == "median":
+            return optuna.pruners.MedianPruner(**options)
+        if kind == "hyperband":
+            return optuna.pruners.HyperbandPruner(**options)
+        return optuna.pruners.NopPruner()
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"pruner: bad option for {kind!r}: {exc}") from None
+
+
+def count_trials(storage: RDBStorage, name: str) -> int:
+    """Trials (any state) in study ``name`` of ``storage``; 0 when it does not exist yet."""
+    try:
+        return len(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False))
+    except KeyError:
+        return 0
+
+
+def open_study(spec: SweepSpec, name: str, storage: RDBStorage, *, worker: int = 0,
+               workers: int = 1, n_existing: int = 0) -> optuna.Study:
+    """Create the study or load it if it exists (a resumed sweep adds trials).
+
+    ``n_existing`` (the study's trial count when the sweep started) seeds the sampler.
+    A stored study whose metrics or directions differ from the spec's raises
+    :class:`SpecError` (Optuna itself would silently keep the stored directions).
+    """
+    study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
+                                load_if_exists=True, pruner=make_pruner(spec),
+                                sampler=make_sampler(spec, worker=worker, n_existing=n_existing,
+                                                     workers=workers))
+    stored = (study.metric_names or spec.metric_names, [d.name.lower() for d in study.directions])
+    if stored != (spec.metric_names, spec.directions):
+        raise SpecError(f"objectives: study {name!r} already optimises {_describe(*stored)}, the spec asks for "
+                        f"{_describe(spec.metric_names, spec.directions)}; use another study name")
+    if worker == 0:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(spec.metric_names)
+    return study
+
+
+def _describe(metrics: list[str], directions: list[str]) -> str:
+    return ", ".join(f"{d} {m}" for m, d in zip(metrics, directions))
