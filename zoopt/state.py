@@ -14,14 +14,13 @@ never counted twice and the two sides always have the same keys for the same arc
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
+
+from .atomic import atomic_directory
 
 RUN_MARKERS = ("seedlog.json", "config.yaml")
 
@@ -105,26 +104,15 @@ def save_with_params(loaded: LoadedModel, params: dict[str, torch.Tensor],
     for key in params.keys() ^ loaded.params.keys():
         where = "params" if key in params else "the model"
         raise ValueError(f"save_with_params: key {key!r} is only in {where}")
-    directory = Path(directory).absolute()
-    directory.parent.mkdir(parents=True, exist_ok=True)
     named = dict(loaded.model.named_parameters())
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
         for name, p in named.items():
             p.copy_(params[name])
-        loaded.model.save_pretrained(str(tmp))
-        loaded.tokenizer.save_pretrained(str(tmp))
-        if directory.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
-            os.replace(directory, old / directory.name)
-            os.replace(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_directory(directory) as tmp:
+            loaded.model.save_pretrained(str(tmp))
+            loaded.tokenizer.save_pretrained(str(tmp))
     finally:
         for name, p in named.items():
             p.copy_(loaded.params[name])
+    directory = Path(directory).absolute()
     return directory

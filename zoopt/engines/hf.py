@@ -22,9 +22,6 @@ a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise a
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..atomic import atomic_directory
 from ..models import load_model
 from .base import Completion, Prompt, Sampling
 from .module import ModuleEngine
@@ -195,23 +193,11 @@ class HFEngine(ModuleEngine):
         module runs in); perturbations are not exported.  The directory appears atomically:
         it is written beside ``directory`` and renamed into place (replacing an old one).
         """
-        directory = Path(directory).absolute()
-        directory.parent.mkdir(parents=True, exist_ok=True)
         self.restore()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-        try:
+        with atomic_directory(directory) as tmp:
             self.module.save_pretrained(str(tmp), state_dict=dict(self.master))
             self.tokenizer.save_pretrained(str(tmp))
-            if directory.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
-                os.replace(directory, old / directory.name)
-                os.replace(tmp, directory)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        directory = Path(directory).absolute()
         return directory
 
 
