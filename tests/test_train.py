@@ -37,12 +37,13 @@ def test_es_raises_a_verifiable_reward_on_the_tiny_model(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run", objective=Digits())
     before = center_reward(trainer)
     t0 = time.perf_counter()
-    for _ in range(15):
-        trainer.step()
+    records = [trainer.step() for _ in range(15)]
     seconds = time.perf_counter() - t0
     after = center_reward(trainer)
     print(f"digit share {before:.3f} -> {after:.3f} in {seconds:.1f} s")
     assert after > before + 0.1, (before, after)
+    vocab = trainer.engine.module.config.vocab_size
+    assert all(0.0 < r["entropy"] <= np.log(vocab) for r in records)  # logged per step, in nats
 
 
 def test_members_share_prompts_and_steps_are_reproducible():

@@ -29,6 +29,7 @@ from .config import ConfigError, load_config
 from .engines.base import Sampling
 from .es import ES
 from .noise import noise_from_dict
+from .metrics import mean_token_entropy
 from .objective import mean_reward, score
 from .registry import ENGINES, ESTIMATORS, RegistryError, build
 
@@ -147,15 +148,18 @@ class Trainer:
         flat_cols = {c: [v for v in rows[c] for _ in range(n)] for c in self.columns}
         timing = dict.fromkeys(("perturb", "generate", "score", "restore", "apply"), 0.0)
         rewards, failures, tokens = [], {"failed": 0, "timed_out": 0, "skipped": 0}, 0
+        entropies: list[list[float]] = []
         for i, member in enumerate(population.members):
             t0 = time.perf_counter()
             engine.perturb(noise, member.seed, population.scale(i))
             t1 = time.perf_counter()
-            sampling = Sampling(**{**self.sampling.__dict__, "seed": _member_sampling_seed(es.seed, population.step, i)})
+            sampling = Sampling(**{**self.sampling.__dict__, "logprobs": True,
+                                   "seed": _member_sampling_seed(es.seed, population.step, i)})
             completions = engine.generate(prompts, sampling)
             t2 = time.perf_counter()
             texts = [c.text for per_prompt in completions for c in per_prompt]
             tokens += sum(len(c.token_ids) for per_prompt in completions for c in per_prompt)
+            entropies.extend(c.entropies or [] for per_prompt in completions for c in per_prompt)
             result = score(self.objective, flat_prompts, texts, flat_cols, timeout_s=float(self.cfg["reward_timeout_s"]))
             t3 = time.perf_counter()
             engine.restore()
@@ -183,6 +187,8 @@ class Trainer:
             "update_coef_norm": coef_norm,
             # ‖Σcᵢεᵢ‖ ≈ √(Σcᵢ²)·√D for independent unit-variance noise over D moved weights
             "update_l2_expected": coef_norm * math.sqrt(self._moved_params()),
+            # mean per-token entropy (nats) of the sampling distribution over all members' tokens
+            "entropy": mean_token_entropy(entropies) if any(entropies) else None,
             "tokens": tokens, "tokens_per_s": tokens / max(timing["generate"], 1e-9),
             "reward_failed": failures["failed"], "reward_timed_out": failures["timed_out"],
             "reward_skipped": failures["skipped"],
