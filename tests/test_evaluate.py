@@ -148,3 +148,19 @@ def test_errors():
     with pytest.raises(ValueError, match="nothing to evaluate"):
         evaluate(FakeEngine(), FakeObjective(), greedy=False)
     assert isinstance(evaluate(FakeEngine(), FakeObjective()), EvalResult)
+
+
+def test_objective_without_answers_gives_no_maj_at_k_instead_of_crashing():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from digits_objective import Digits
+
+    from zoopt.engines.hf import HFEngine
+    from zoopt.evaluate import evaluate
+
+    engine = HFEngine.from_pretrained("tiny")
+    result = evaluate(engine, Digits(), n_problems=4, ks=(1, 2), n_samples=2, max_new_tokens=4)
+    assert result.summary["maj@2"] is None and result.per_problem[0]["maj@2"] is None
+    assert 0.0 <= result.summary["pass@2"] <= 1.0 and result.summary["mean_reward"] is not None

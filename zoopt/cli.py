@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_commands(sub)
+    from .cli_grpo import add_commands as add_grpo_commands
     from .cli_sweep import add_command as add_sweep_command
 
+    add_grpo_commands(sub)
     add_sweep_command(sub)
     return parser
 

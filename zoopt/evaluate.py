@@ -77,6 +77,14 @@ class EvalResult:
         return table
 
 
+def _answers(objective, texts: list[str]) -> list[str | None] | None:
+    """Extracted answers for majority voting, or None when the objective has no answers."""
+    try:
+        return [objective.extract_answer(x) for x in texts]
+    except NotImplementedError:
+        return None
+
+
 def _rows(dataset) -> list[dict]:
     return dataset.to_list() if hasattr(dataset, "to_list") else [dict(r) for r in dataset]
 
@@ -192,14 +200,14 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
                 sl = slice(i * n_samples, (i + 1) * n_samples)
                 c = sum(correct[sl])
                 gold = gold_of(row) if gold_of is not None else str(row["answer"])
-                answers = [objective.extract_answer(x) for x in texts[sl]]
+                answers = _answers(objective, texts[sl])
                 valid = [r for r in rewards[sl] if r is not None]
                 rec.update(gold=gold, n_samples=n_samples, n_correct=c,
                            mean_reward=sum(valid) / len(valid) if valid else None,
                            answers=answers)
                 for k in ks:
                     rec[f"pass@{k}"] = pass_at_k(n_samples, c, k)
-                    rec[f"maj@{k}"] = maj_at_k(answers, gold, k, seed=seed + i)
+                    rec[f"maj@{k}"] = maj_at_k(answers, gold, k, seed=seed + i) if answers is not None else None
                 ents = [e for cm in comps[i] if cm.entropies is not None for e in cm.entropies]
                 rec["entropy"] = sum(ents) / len(ents) if ents else None
             valid = [r for r in rewards if r is not None]
@@ -209,7 +217,8 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
                 summary[f"pass@{k}"] = sum(vals) / len(vals)
                 summary[f"pass@{k}_ci"] = _ci(vals, seed)
             for k in ks:
-                summary[f"maj@{k}"] = sum(r[f"maj@{k}"] for r in per_problem) / len(rows)
+                votes = [r[f"maj@{k}"] for r in per_problem]
+                summary[f"maj@{k}"] = None if None in votes else sum(votes) / len(rows)
             ent = mean_token_entropy(entropies)
             summary["entropy"] = None if math.isnan(ent) else ent
             summary.update(n_samples=n_samples, temperature=temperature, top_p=top_p)

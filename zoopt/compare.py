@@ -1,0 +1,330 @@
+"""``zoopt compare``: base, ES, GRPO, ES→GRPO and GRPO→ES from one base model at equal budgets.
+
+Each method is a schedule (:mod:`zoopt.schedule`) given the same ``budget`` of sampled
+completions; ``base`` is the empty schedule.  Every method starts from the same base
+weights, is evaluated with the same settings (:func:`zoopt.train.evaluate_run` on the
+``eval`` block and ``seed`` of the compare config), and reports
+
+* Pass@k and Maj@k for the configured ``eval.ks`` (with ``eval.n_samples`` samples), greedy
+  accuracy, mean sampled reward and mean token entropy;
+* D_rel = ‖θ − θ₀‖₂ / ‖θ₀‖₂ against the base (:func:`zoopt.metrics.relative_drift`);
+* the completions planned and actually generated (counted at ``engine.generate``);
+* wall time (training, evaluation, the whole method) and peak memory.
+
+With ``isolate: true`` (the default) each method runs in its own Python process
+(``python -m zoopt.compare --worker``), so its peak resident memory is its own: it is read
+twice, inside the child (``VmHWM`` of ``/proc/self/status``) and by the parent from the
+child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (see
+``_LAUNCHER`` for why not the parent itself), and both are reported (MiB).  In-process
+(``isolate: false``, for tests) memory is not attributable to one method and is reported as
+``null``.  Results: ``compare.json`` (everything), ``compare.md`` (the table),
+``pass_at_k.png`` and ``train_reward.png`` in the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from .config import ConfigError, default_config, merge
+from .schedule import parse_schedule, plan, run_schedule
+
+OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
+SHARED_KEYS = ("model", "dtype", "device", "engine", "objective", "objective_args", "seed", "batch_size",
+               "reward_timeout_s")
+
+
+# -- configuration -------------------------------------------------------------------------------
+def load_compare_config(path: str | Path | None = None, overrides=()) -> dict:
+    """``zoopt/configs/compare.yaml`` ← YAML file ← ``key=value`` overrides.
+
+    ``methods.NAME=[...]`` adds or replaces one schedule (``methods={...}`` replaces all);
+    ``es.KEY=V`` / ``grpo.KEY=V`` override ``train.yaml`` / ``grpo.yaml`` keys of every phase
+    of that method (checked against those files when the phases are planned).  Any other key
+    must exist in ``compare.yaml``.
+    """
+    cfg = default_config("compare")
+    items: list[tuple[str, object]] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        user = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(user, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, got {type(user).__name__}")
+        items += list(user.items())
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        items.append((key.strip(), yaml.safe_load(raw)))
+    for key, value in items:
+        head, _, rest = str(key).partition(".")
+        if head not in OPEN_SECTIONS:
+            merge(cfg, {key: value})
+        elif not rest:
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {head!r} must be a mapping, got {value!r}")
+            cfg[head] = dict(value) if head == "methods" else {**cfg[head], **value}
+        else:
+            cfg[head][rest] = value
+    check_compare_config(cfg)
+    return cfg
+
+
+def check_compare_config(cfg: dict) -> None:
+    if not cfg["methods"]:
+        raise ConfigError("methods is empty: nothing to compare")
+    for name, schedule in cfg["methods"].items():
+        parse_schedule(schedule, name=f"methods.{name}")
+    for key in ("es", "grpo"):
+        if not isinstance(cfg[key], dict):
+            raise ConfigError(f"config key {key!r} must be a mapping, got {cfg[key]!r}")
+    ev = cfg["eval"]
+    n, ks = int(ev["n_samples"]), [int(k) for k in ev["ks"]]
+    if n and (not ks or min(ks) < 1 or max(ks) > n):
+        raise ConfigError(f"eval.ks must lie in [1, eval.n_samples={n}], got {ks}")
+
+
+def shared_config(cfg: dict) -> dict:
+    return {k: cfg[k] for k in SHARED_KEYS}
+
+
+def eval_config(cfg: dict) -> dict:
+    """The config :func:`zoopt.train.evaluate_run` reads: the same for every method."""
+    return {"eval": dict(cfg["eval"]), "batch_size": cfg["batch_size"], "seed": cfg["seed"],
+            "reward_timeout_s": cfg["reward_timeout_s"]}
+
+
+def plan_methods(cfg: dict, n_train_rows: int) -> dict[str, list]:
+    """``{method name: [PlannedPhase, ...]}`` for the configured budget."""
+    overrides = {"es": cfg["es"], "grpo": cfg["grpo"]}
+    return {name: plan(parse_schedule(schedule, f"methods.{name}"), int(cfg["budget"]), shared_config(cfg),
+                       overrides, n_train_rows, name=f"methods.{name}")
+            for name, schedule in cfg["methods"].items()}
+
+
+# -- one method (in a child process, or in-process) ----------------------------------------------
+def run_method(spec: dict, objective=None) -> dict:
+    """Load the base model, run the method's phases, evaluate, export; a JSON-able result.
+
+    ``spec``: ``name``, ``dir``, ``shared`` (model/engine keys), ``eval`` (see
+    :func:`eval_config`) and ``phases`` (``PlannedPhase.to_dict()`` entries).
+    """
+    from .schedule import PlannedPhase
+    from .train import build_engine, build_objective, evaluate_run
+
+    t0 = time.perf_counter()
+    method_dir = Path(spec["dir"])
+    method_dir.mkdir(parents=True, exist_ok=True)
+    objective = objective if objective is not None else build_objective(spec["shared"])
+    engine = build_engine(spec["shared"], objective)
+    t_loaded = time.perf_counter()
+    planned = [PlannedPhase(p["method"], p["config"], p["steps"], p["completions_per_step"], p["allotted"])
+               for p in spec["phases"]]
+    phases = run_schedule(planned, engine, objective, method_dir)
+    t_trained = time.perf_counter()
+    summary = evaluate_run(engine, objective, spec["eval"])
+    t_evaluated = time.perf_counter()
+    model_dir = engine.export_pretrained(method_dir / "model")
+    return {"name": spec["name"], "phases": phases, "eval": summary, "model_dir": str(model_dir),
+            "checksum": engine.checksum(),
+            "completions": sum(p["completions"] for p in phases),
+            "completions_generated": sum(p["completions_generated"] for p in phases),
+            "load_s": round(t_loaded - t0, 3), "train_s": round(t_trained - t_loaded, 3),
+            "eval_s": round(t_evaluated - t_trained, 3), "total_s": round(time.perf_counter() - t0, 3)}
+
+
+def _vm_hwm_mib() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
+def _worker(spec_path: str, out_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    result = run_method(spec)
+    result["peak_rss_mib_self"] = _vm_hwm_mib()
+    result["ru_maxrss_mib_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    Path(out_path).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+# Runs the worker and records its rusage.  A separate, minimal process (python -c, ~10 MiB)
+# because on Linux a child's ru_maxrss starts from the high-water RSS of the memory it
+# exec'ed from (fs/exec.c: exec_mmap keeps the old mm's hiwater), and with vfork/posix_spawn
+# that is the spawning process's: spawned from a 560 MiB pytest process, a 486 MiB worker
+# reported 558 MiB.
+_LAUNCHER = """import json, os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"exit": os.waitstatus_to_exitcode(status), "ru_maxrss_kib": usage.ru_maxrss}, fh)
+"""
+
+
+def _run_isolated(spec: dict, method_dir: Path) -> dict:
+    """Run ``spec`` in ``python -m zoopt.compare --worker``; add the child's rusage peak RSS."""
+    method_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, out_path, usage_path = method_dir / "spec.json", method_dir / "result.json", method_dir / "rusage.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    t0 = time.perf_counter()
+    with open(method_dir / "worker.log", "w") as log:
+        subprocess.run([sys.executable, "-c", _LAUNCHER, str(usage_path), sys.executable, "-m", "zoopt.compare",
+                        "--worker", str(spec_path), str(out_path)], stdout=log, stderr=subprocess.STDOUT)
+    usage = json.loads(usage_path.read_text()) if usage_path.exists() else {"exit": None}
+    if usage["exit"] != 0 or not out_path.exists():
+        tail = (method_dir / "worker.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"method {spec['name']!r} failed (exit {usage['exit']}): {tail[0]}; see {method_dir}/worker.log")
+    result = json.loads(out_path.read_text())
+    result["peak_rss_mib"] = usage["ru_maxrss_kib"] / 1024  # kB on Linux, measured by the launcher
+    result["process_wall_s"] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+# -- the comparison ------------------------------------------------------------------------------
+def compare(cfg: dict, objective=None, log=print) -> dict:
+    """Run every method of ``cfg`` (``compare.yaml`` keys); write and return the table.
+
+    ``objective`` (an object) is only usable in-process (``isolate: false``); children build
+    theirs from ``cfg["objective"]``.
+    """
+    from .train import build_objective, run_dir_for
+
+    if cfg.get("run_dir"):
+        run_dir = Path(cfg["run_dir"])
+    else:
+        default = run_dir_for(cfg)
+        run_dir = default.with_name("compare-" + default.name)
+    if (run_dir / "compare.json").exists():
+        raise ConfigError(f"run_dir {str(run_dir)!r} already holds a comparison")
+    isolate = bool(cfg["isolate"])
+    if isolate and objective is not None:
+        raise ConfigError("an objective object cannot cross a process boundary: use isolate=false or a name")
+    obj = objective if objective is not None else build_objective(cfg)
+    planned = plan_methods(cfg, len(obj.dataset("train")))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    results = []
+    for name, phases in planned.items():
+        spec = {"name": name, "dir": str(run_dir / name), "shared": shared_config(cfg), "eval": eval_config(cfg),
+                "phases": [p.to_dict() for p in phases]}
+        log(f"compare: {name}: " + (" → ".join(f"{p.method} {p.steps} steps × {p.per_step}" for p in phases)
+                                     or "base model, no training"))
+        if isolate:
+            result = _run_isolated(spec, run_dir / name)
+        else:
+            result = run_method(spec, objective=obj)
+            result.update(peak_rss_mib=None, peak_rss_mib_self=None, process_wall_s=result["total_s"])
+        results.append(result)
+    table = _table(cfg, results)
+    out = {"budget": int(cfg["budget"]), "isolated": isolate, "rounding": "floor per phase",
+           "methods": results, "table": table}
+    (run_dir / "compare.json").write_text(json.dumps(out, indent=2))
+    (run_dir / "compare.md").write_text(_markdown(cfg, table))
+    figures = _plots(run_dir, cfg, results)
+    if not cfg["keep_models"]:
+        for r in results:
+            shutil.rmtree(r["model_dir"], ignore_errors=True)
+            for p in r["phases"]:
+                shutil.rmtree(Path(p["dir"]) / "start_model", ignore_errors=True)
+    log(f"compare: wrote {run_dir / 'compare.json'}, {run_dir / 'compare.md'}" + "".join(f", {f}" for f in figures))
+    return {"run_dir": run_dir, **out, "figures": figures}
+
+
+def _state(path: str, dtype: str) -> dict:
+    from .models import load_model
+
+    model, _ = load_model(path, dtype=dtype)
+    return {n: p.detach().float() for n, p in model.named_parameters()}
+
+
+def _table(cfg: dict, results: list[dict]) -> list[dict]:
+    from .metrics import relative_drift
+
+    base = _state(cfg["model"], cfg["dtype"])
+    ks = [int(k) for k in cfg["eval"]["ks"]] if int(cfg["eval"]["n_samples"]) else []
+    rows = []
+    for r in results:
+        ev = r["eval"]
+        row = {"method": r["name"], "schedule": " → ".join(p["method"] for p in r["phases"]) or "base",
+               "steps": [p["steps"] for p in r["phases"]], "completions": r["completions"],
+               "completions_generated": r["completions_generated"], "greedy_accuracy": ev.get("greedy_accuracy")}
+        for k in ks:
+            row[f"pass@{k}"] = ev.get(f"pass@{k}")
+        for k in ks:
+            row[f"maj@{k}"] = ev.get(f"maj@{k}")
+        row.update(entropy=ev.get("entropy"), mean_reward=ev.get("mean_reward"),
+                   d_rel=relative_drift(base, _state(r["model_dir"], cfg["dtype"])),
+                   train_s=r["train_s"], eval_s=r["eval_s"], wall_s=r["process_wall_s"],
+                   peak_rss_mib=r["peak_rss_mib"], peak_rss_mib_self=r["peak_rss_mib_self"])
+        rows.append(row)
+    return rows
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return "+".join(map(str, v)) or "0"
+    return str(v)
+
+
+def _markdown(cfg: dict, table: list[dict]) -> str:
+    cols = list(table[0])
+    lines = [f"Budget: {cfg['budget']} sampled completions per method (phase steps rounded down).", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(row[c]) for c in cols) + " |" for row in table]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(run_dir: Path, cfg: dict, results: list[dict]) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    from .plots import plot_pass_at_k
+
+    figures = []
+    ks = [int(k) for k in cfg["eval"]["ks"]]
+    if int(cfg["eval"]["n_samples"]):
+        curves = {r["name"]: {k: r["eval"][f"pass@{k}"] for k in ks} for r in results}
+        figures.append(plot_pass_at_k(curves, run_dir / "pass_at_k.png"))
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for r in results:
+        xs, ys, used = [], [], 0
+        for p in r["phases"]:
+            for line in (Path(p["dir"]) / "metrics.jsonl").read_text().splitlines():
+                used += p["completions_per_step"]
+                reward = json.loads(line)["reward_mean"]
+                if reward is not None:
+                    xs.append(used)
+                    ys.append(reward)
+        if xs:
+            ax.plot(xs, ys, marker=".", label=r["name"])
+    ax.set_xlabel("sampled completions used")
+    ax.set_ylabel("training reward (mean)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "train_reward.png", format="png", dpi=120)
+    plt.close(fig)
+    figures.append(run_dir / "train_reward.png")
+    return figures
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        sys.exit(_worker(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: python -m zoopt.compare --worker SPEC.json OUT.json (use `zoopt compare` instead)")

@@ -1,0 +1,358 @@
+"""``GRPO``: group-relative policy optimisation on the same engine, objectives and sampling as ES.
+
+One step (TRL's defaults: one optimizer step per generation batch, ``num_iterations = 1``):
+
+1. draw ``prompts_per_step`` training rows with :func:`zoopt.train.step_indices` (from
+   ``(seed, step)`` alone, as ES does);
+2. rollouts: ``engine.generate(prompts, sampling)`` with ``sampling.n = G`` completions per
+   prompt (the group) and a sampling seed from ``(seed, step)``; score them with
+   :func:`zoopt.objective.score` (the same guard as ES);
+3. advantages :func:`~zoopt.grpo.advantages.group_advantages` (``scale_rewards``);
+4. ``num_iterations`` times: the loss of :mod:`zoopt.grpo.loss` over the whole batch —
+   micro-batches of ``micro_batch_size`` sequences, each backpropagating its exact share, so
+   the accumulated gradient is the full-batch gradient — then gradient clipping to
+   ``max_grad_norm`` and one AdamW step on the policy (the engine's transformers module);
+5. ``sync_weights(engine, policy)``: the rollout engine takes the new weights.  For
+   ``HFEngine`` the policy *is* the engine's module, and the hook re-reads it into the ES
+   master copy (``engine.sync_master()``), so ES ``perturb``/``restore``/``apply`` start from
+   the GRPO weights (schedules mix the two).  A vLLM engine passes a hook that loads the
+   policy's weights into its workers.
+
+Log-probs are of softmax(logits / T) with the sampling temperature T (TRL's convention), with
+the prompt left-padded and the completion right-padded, positions from the attention mask,
+exactly as ``HFEngine`` decodes.  Weights train in fp32 (``autocast_bf16`` runs the forward
+under bf16 autocast); ``gradient_checkpointing`` trades compute for activation memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import yaml
+
+from ..config import ConfigError
+from ..engines.base import Sampling
+from ..objective import score
+from .advantages import SCALE_REWARDS, group_advantages, group_std_is_zero
+from .loss import check_loss_type, grpo_loss, token_logps, token_weights
+
+
+def sync_same_module(engine, policy) -> None:
+    """The default ``sync_weights`` hook: the policy is the engine's module; refresh its master."""
+    if getattr(engine, "module", None) is not policy:
+        raise RuntimeError("the policy is not the engine's module: pass a sync_weights hook that loads it")
+    if hasattr(engine, "sync_master"):
+        engine.sync_master()
+
+
+@dataclass
+class Batch:
+    """One generation batch, in the order ``[prompt 0 × G, prompt 1 × G, ...]``."""
+
+    input_ids: torch.Tensor        # (B, P + C): left-padded prompt ‖ right-padded completion
+    attention_mask: torch.Tensor   # (B, P + C)
+    completion_mask: torch.Tensor  # (B, C)
+    advantages: torch.Tensor       # (B,)
+    rewards: list
+    prompt_width: int
+    info: dict = field(default_factory=dict)
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+
+class GRPO:
+    """GRPO on ``engine`` (an ``HFEngine``-like: ``generate``, ``encode``, ``module``) and
+    ``objective`` (TRL reward signature + ``dataset``).  Hyper-parameters and defaults are
+    TRL's (``GRPOConfig``, TRL 1.16): ``loss_type="dapo"``, ``beta=0``, ``epsilon=0.2``,
+    ``num_iterations=1``, ``scale_rewards="group"``, AdamW with ``lr=1e-6``, betas
+    (0.9, 0.999), eps 1e-8, no weight decay, ``max_grad_norm=1.0`` (0 or None: no clipping).
+    """
+
+    def __init__(self, engine, objective, sampling: Sampling, *, prompts_per_step: int = 8,
+                 lr: float = 1e-6, loss_type: str = "dapo", epsilon: float = 0.2,
+                 epsilon_high: float | None = None, beta: float = 0.0, scale_rewards: str = "group",
+                 num_iterations: int = 1, micro_batch_size: int = 8, gradient_checkpointing: bool = False,
+                 autocast_bf16: bool = False, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
+                 adam_betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, seed: int = 0,
+                 reward_timeout_s: float = 5.0, policy: torch.nn.Module | None = None,
+                 sync_weights: Callable[[object, torch.nn.Module], None] = sync_same_module) -> None:
+        check_loss_type(loss_type)
+        if scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
+        if sampling.greedy:
+            raise ValueError("sampling.temperature must be > 0 for GRPO: greedy samples of a group are identical")
+        if sampling.n < 2:
+            raise ValueError(f"sampling.n (the group size) must be ≥ 2 for GRPO, got {sampling.n}")
+
+        def is_int(v, low):
+            return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+        for name, value, ok, rule in (
+                ("lr", lr, lr > 0, "> 0"), ("epsilon", epsilon, epsilon >= 0, "≥ 0"),
+                ("epsilon_high", epsilon_high, epsilon_high is None or epsilon_high >= 0, "≥ 0 or null"),
+                ("beta", beta, beta >= 0, "≥ 0"), ("weight_decay", weight_decay, weight_decay >= 0, "≥ 0"),
+                ("num_iterations", num_iterations, is_int(num_iterations, 1), "an integer ≥ 1"),
+                ("micro_batch_size", micro_batch_size, is_int(micro_batch_size, 1), "an integer ≥ 1"),
+                ("prompts_per_step", prompts_per_step, is_int(prompts_per_step, 1), "an integer ≥ 1")):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+        self.engine, self.objective, self.sampling = engine, objective, sampling
+        self.policy = policy if policy is not None else engine.module
+        if any(p.dtype != torch.float32 for p in self.policy.parameters()):
+            raise ValueError("GRPO trains fp32 weights: load the model with dtype=float32 "
+                             "(autocast_bf16=true gives bf16 compute)")
+        self.prompts_per_step, self.loss_type = prompts_per_step, loss_type
+        self.epsilon, self.epsilon_high, self.beta = float(epsilon), epsilon_high, float(beta)
+        self.scale_rewards, self.num_iterations = scale_rewards, num_iterations
+        self.micro_batch_size, self.autocast_bf16 = micro_batch_size, bool(autocast_bf16)
+        self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
+        self.seed, self.reward_timeout_s, self.sync_weights = int(seed), float(reward_timeout_s), sync_weights
+        self.step_count = 0
+        self.gradient_checkpointing = bool(gradient_checkpointing)
+        if self.gradient_checkpointing:
+            enable = getattr(self.policy, "activation_checkpointing_enable", None)  # transformers ≥ 5.2x
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            for m in self.policy.modules():  # checkpointing needs train mode; keep the forward deterministic
+                if isinstance(m, torch.nn.Dropout):
+                    m.p = 0.0
+        self.ref = None
+        if self.beta != 0.0:  # the frozen reference: the policy as GRPO found it
+            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=float(lr), betas=tuple(adam_betas),
+                                           eps=float(adam_eps), weight_decay=float(weight_decay))
+        self.train_data = objective.dataset("train")
+        self.columns = [c for c in self.train_data.column_names if c != "prompt"]
+
+    @classmethod
+    def from_config(cls, cfg: dict, engine, objective) -> "GRPO":
+        """Build from a ``zoopt/configs/grpo.yaml``-shaped config (keys checked by ``load_config``)."""
+        from ..train import sampling_from
+
+        def num(key, kind=float):
+            value = cfg[key]
+            try:
+                if kind is int and (isinstance(value, bool) or float(value) != int(value)):
+                    raise ValueError
+                return kind(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"config key {key!r} must be {'an integer' if kind is int else 'a number'}, "
+                                  f"got {value!r}") from None
+
+        betas = cfg["adam_betas"]
+        if not (isinstance(betas, (list, tuple)) and len(betas) == 2):
+            raise ConfigError(f"config key 'adam_betas' must be a pair [beta1, beta2], got {betas!r}")
+        try:
+            return cls(engine, objective, sampling_from(cfg), prompts_per_step=num("prompts_per_step", int),
+                       lr=num("lr"), loss_type=cfg["loss_type"], epsilon=num("epsilon"),
+                       epsilon_high=None if cfg["epsilon_high"] is None else num("epsilon_high"),
+                       beta=num("beta"), scale_rewards=cfg["scale_rewards"],
+                       num_iterations=num("num_iterations", int), micro_batch_size=num("micro_batch_size", int),
+                       gradient_checkpointing=bool(cfg["gradient_checkpointing"]),
+                       autocast_bf16=bool(cfg["autocast_bf16"]),
+                       max_grad_norm=None if cfg["max_grad_norm"] is None else num("max_grad_norm"),
+                       weight_decay=num("weight_decay"), adam_betas=(float(betas[0]), float(betas[1])),
+                       adam_eps=num("adam_eps"), seed=num("seed", int), reward_timeout_s=num("reward_timeout_s"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    # -- rollouts --------------------------------------------------------------------------
+    def rollout(self, step: int | None = None) -> Batch:
+        """Generate, score and build the batch of ``step`` (default: the next step)."""
+        from ..train import step_indices
+
+        step = self.step_count if step is None else step
+        rows = self.train_data.select(step_indices(len(self.train_data), self.seed, step,
+                                                   self.prompts_per_step).tolist())
+        prompts, G = list(rows["prompt"]), self.sampling.n
+        seed = int(np.random.SeedSequence([self.seed, int(step), 0x6790]).generate_state(1)[0])
+        self.engine.restore()
+        t0 = time.perf_counter()
+        completions = self.engine.generate(prompts, Sampling(**{**self.sampling.__dict__, "seed": seed}))
+        t1 = time.perf_counter()
+        flat = [c for per_prompt in completions for c in per_prompt]
+        columns = {c: [v for v in rows[c] for _ in range(G)] for c in self.columns}
+        result = score(self.objective, [p for p in prompts for _ in range(G)], [c.text for c in flat],
+                       columns, timeout_s=self.reward_timeout_s)
+        t2 = time.perf_counter()
+        batch = self._collate([self.engine.encode(p) for p in prompts for _ in range(G)],
+                              [c.token_ids for c in flat], result.rewards)
+        valid = [r for r in result.rewards if r is not None]
+        batch.info = {"completions": len(flat), "tokens": int(batch.completion_mask.sum()),
+                      "reward_mean": float(np.mean(valid)) if valid else None,
+                      "reward_std": float(np.std(valid, ddof=1)) if len(valid) > 1 else None,
+                      "frac_reward_zero_std": group_std_is_zero(result.rewards, G),
+                      "reward_failed": result.failed, "reward_timed_out": result.timed_out,
+                      "reward_skipped": result.skipped, "time_generate_s": t1 - t0, "time_score_s": t2 - t1}
+        return batch
+
+    def _collate(self, prompt_ids: list[list[int]], completion_ids: list[list[int]], rewards: list) -> Batch:
+        pad = int(getattr(self.engine, "pad_id", 0))
+        P, C, B = max(map(len, prompt_ids)), max(map(len, completion_ids)), len(prompt_ids)
+        ids = torch.full((B, P + C), pad, dtype=torch.long)
+        attn = torch.zeros((B, P + C), dtype=torch.long)
+        for b, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+            ids[b, P - len(p):P], attn[b, P - len(p):P] = torch.tensor(p), 1
+            ids[b, P:P + len(c)], attn[b, P:P + len(c)] = torch.tensor(c), 1
+        adv = group_advantages(rewards, self.sampling.n, self.scale_rewards).float()
+        return Batch(ids, attn, attn[:, P:].clone(), adv, list(rewards), P)
+
+    # -- the loss --------------------------------------------------------------------------
+    def _logps(self, model, batch: Batch, sl: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, attn = batch.input_ids[sl], batch.attention_mask[sl]
+        device = next(model.parameters()).device
+        ids, attn = ids.to(device), attn.to(device)
+        C = ids.shape[1] - batch.prompt_width
+        positions = (attn.cumsum(-1) - 1).clamp_(min=0)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.autocast_bf16):
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
+                           logits_to_keep=C + 1).logits[:, :-1]
+        return token_logps(logits, ids[:, batch.prompt_width:], self.sampling.temperature)
+
+    def _slices(self, batch: Batch) -> list[slice]:
+        return [slice(s, min(s + self.micro_batch_size, batch.size)) for s in range(0, batch.size, self.micro_batch_size)]
+
+    @torch.no_grad()
+    def _fixed_logps(self, model, batch: Batch) -> torch.Tensor:
+        return torch.cat([self._logps(model, batch, sl)[0].cpu() for sl in self._slices(batch)])
+
+    def backward(self, batch: Batch) -> dict:
+        """Zero the gradients and accumulate ∇ of the full-batch loss over micro-batches."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy.train(self.gradient_checkpointing)
+        weights = token_weights(batch.completion_mask, self.loss_type, self.sampling.max_new_tokens)
+        stats = {"loss": 0.0, "tokens": 0, "kl_sum": 0.0, "low": 0, "high": 0, "entropy_sum": 0.0}
+        try:
+            for sl in self._slices(batch):
+                logps, entropy = self._logps(self.policy, batch, sl)
+                dev = logps.device
+                mask = batch.completion_mask[sl].to(dev)
+                out = grpo_loss(logps, batch.old_logps[sl].to(dev) if batch.old_logps is not None else logps.detach(),
+                                batch.advantages[sl].to(dev), mask, loss_type=self.loss_type,
+                                epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=self.beta,
+                                ref_logps=batch.ref_logps[sl].to(dev) if batch.ref_logps is not None else None,
+                                weights=weights[sl].to(dev))
+                out.loss.backward()
+                stats["loss"] += float(out.loss.detach())
+                stats["tokens"] += out.tokens
+                stats["kl_sum"] += out.kl_sum
+                stats["low"] += out.low_clipped
+                stats["high"] += out.high_clipped
+                stats["entropy_sum"] += float((entropy.detach() * mask).sum())
+        finally:
+            self.policy.eval()
+        return stats
+
+    def train_on(self, batch: Batch) -> dict:
+        """``num_iterations`` optimizer steps on ``batch``; the averaged loss statistics."""
+        if self.beta != 0.0 and batch.ref_logps is None:
+            batch.ref_logps = self._fixed_logps(self.ref, batch)
+        if self.num_iterations > 1 and batch.old_logps is None:  # π_old: the policy that sampled
+            batch.old_logps = self._fixed_logps(self.policy, batch)
+        totals: dict[str, float] = {}
+        for _ in range(self.num_iterations):
+            stats = self.backward(batch)
+            limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, limit))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value / self.num_iterations
+        self.sync_weights(self.engine, self.policy)
+        n = max(totals["tokens"], 1.0)
+        return {"loss": totals["loss"], "kl": totals["kl_sum"] / n if self.beta != 0.0 else None,
+                "clip_ratio_low": totals["low"] / n, "clip_ratio_high": totals["high"] / n,
+                "clip_ratio_region": (totals["low"] + totals["high"]) / n,
+                "entropy": totals["entropy_sum"] / n, "grad_norm": totals["grad_norm"]}
+
+    def step(self) -> dict:
+        """One GRPO step (rollout, score, ``num_iterations`` AdamW steps, sync); its metrics."""
+        t0 = time.perf_counter()
+        batch = self.rollout()
+        t1 = time.perf_counter()
+        record = {"step": self.step_count, **{k: v for k, v in batch.info.items() if not k.startswith("time_")}}
+        record.update(self.train_on(batch))
+        t2 = time.perf_counter()
+        record.update(lr=self.optimizer.param_groups[0]["lr"], optimizer_steps=self.num_iterations,
+                      time_generate_s=round(batch.info["time_generate_s"], 4),
+                      time_score_s=round(batch.info["time_score_s"], 4), time_train_s=round(t2 - t1, 4),
+                      time_step_s=round(t2 - t0, 4))
+        self.step_count += 1
+        return record
+
+
+# --------------------------------------------------------------------------------------------
+# ``zoopt grpo``: a run directory like the ES trainer's.
+
+
+@dataclass
+class GRPOResult:
+    run_dir: Path
+    checksum: str
+    steps: int
+    eval_before: dict | None = None
+    eval_after: dict | None = None
+    history: list[dict] = field(default_factory=list)
+
+
+def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None) -> GRPOResult:
+    """Run the GRPO training described by ``cfg`` (``zoopt/configs/grpo.yaml`` keys).
+
+    The run directory holds ``config.yaml``, ``metrics.jsonl`` (one line per step),
+    ``eval_before.json``/``eval_after.json``, ``checksum.txt`` and, with ``export: true``,
+    ``model/``.  There is no resume: a directory that already holds a run is refused.
+    """
+    from ..progress import TrainProgress
+    from ..train import build_engine, build_objective, evaluate_run, run_dir_for
+
+    run_dir = run_dir_for(cfg)
+    if (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run")
+    ui = TrainProgress(console=console, enabled=show_progress)
+    objective = objective if objective is not None else build_objective(cfg)
+    engine = engine if engine is not None else build_engine(cfg, objective)
+    trainer = GRPO.from_config(cfg, engine, objective)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    eval_on = int(cfg["eval"]["n_problems"]) > 0
+
+    def evaluate(tag: str) -> dict:
+        with ui.eval_progress(f"held-out eval ({tag})") as cb:
+            summary = evaluate_run(engine, objective, cfg, progress=cb)
+        summary["checksum"] = engine.checksum()
+        (run_dir / f"eval_{tag}.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    before = evaluate("before") if eval_on else None
+    history = []
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        for _ in range(int(cfg["steps"])):
+            record = trainer.step()
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            history.append(record)
+            ui.note(f"GRPO step {record['step']:>3}  reward {record['reward_mean'] or 0:.4f}  loss {record['loss']:+.4f}"
+                    f"  |g| {record['grad_norm']:.3g}  gen {record['time_generate_s']:.1f}s"
+                    f"  train {record['time_train_s']:.1f}s")
+    after = evaluate("after") if eval_on else None
+    ui.compare(before, after)
+    if cfg.get("export"):
+        ui.note(f"exported the final weights to {engine.export_pretrained(run_dir / 'model')}")
+    checksum = engine.checksum()
+    (run_dir / "checksum.txt").write_text(checksum + "\n")
+    return GRPOResult(run_dir, checksum, trainer.step_count, before, after, history)
