@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import ConfigError, default_config, merge
+from .config import ConfigError, config_items, default_config, merge
 from .schedule import parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
@@ -51,20 +51,7 @@ def load_compare_config(path: str | Path | None = None, overrides=()) -> dict:
     must exist in ``compare.yaml``.
     """
     cfg = default_config("compare")
-    items: list[tuple[str, object]] = []
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        user = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(user, dict):
-            raise ConfigError(f"config file {path} must hold a mapping, got {type(user).__name__}")
-        items += list(user.items())
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        items.append((key.strip(), yaml.safe_load(raw)))
+    items = config_items(path, overrides)
     for key, value in items:
         head, _, rest = str(key).partition(".")
         if head not in OPEN_SECTIONS:

@@ -31,6 +31,14 @@ def default_config(name: str = "train") -> dict:
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), base: str = "train") -> dict:
     """Defaults ← YAML file ← ``key=value`` overrides; unknown keys raise :class:`ConfigError`."""
     config = default_config(base)
+    for key, value in config_items(path, overrides):
+        set_dotted(config, key, value)
+    return config
+
+
+def config_items(path: str | Path | None, overrides: Iterable[str]) -> list[tuple[str, Any]]:
+    """``(key, value)`` pairs from a YAML mapping file, then from ``key=value`` strings (in order)."""
+    items: list[tuple[str, Any]] = []
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -38,13 +46,13 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), b
         user = yaml.safe_load(path.read_text()) or {}
         if not isinstance(user, dict):
             raise ConfigError(f"config file {path} must hold a mapping, got {type(user).__name__}")
-        merge(config, user)
+        items += [(str(k), v) for k, v in user.items()]
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, raw = item.split("=", 1)
-        set_dotted(config, key.strip(), yaml.safe_load(raw))
-    return config
+        items.append((key.strip(), yaml.safe_load(raw)))
+    return items
 
 
 def merge(config: dict, user: dict) -> None:
