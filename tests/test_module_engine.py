@@ -161,3 +161,22 @@ def test_sync_master_takes_weights_changed_by_an_optimizer():
     engine.perturb(Gaussian(), 1, 0.1)
     with pytest.raises(RuntimeError, match="restore"):
         engine.sync_master()
+
+
+def test_noise_cache_changes_no_result_and_is_bounded():
+    cached, plain = small_net(), small_net()
+    a = ModuleEngine(cached, noise_cache_bytes=10**8)
+    b = ModuleEngine(plain)
+    update = Update((3, 4, 5), (2.5e-3, -1e-3, 4e-4))
+    for engine in (a, b):
+        for seed in update.seeds:
+            engine.perturb(Gaussian(), seed, 0.01)
+            engine.restore()
+    assert a._noise_cache_used > 0 and len(a._noise_cache) == 3 * len(a.params)
+    a.apply(Gaussian(), update)
+    b.apply(Gaussian(), update)
+    assert a.checksum() == b.checksum() and a.master_checksum() == b.master_checksum()
+    assert a._noise_cache_used == 0 and not a._noise_cache  # emptied by apply
+    tight = ModuleEngine(small_net(), noise_cache_bytes=5000)
+    tight.perturb(Gaussian(), 1, 0.01)
+    assert 0 < tight._noise_cache_used <= 5000

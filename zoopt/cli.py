@@ -20,6 +20,8 @@ def _train(args: argparse.Namespace) -> int:
         overrides.append(f"model={args.model}")
     if args.objective:
         overrides.append(f"objective={args.objective}")
+    if args.engine:
+        overrides.append(f"engine={args.engine}")
     config_path = args.config
     if args.resume and config_path is None and (Path(args.resume) / "config.yaml").exists():
         config_path = Path(args.resume) / "config.yaml"
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="ES-train a model on a verifier objective")
     p.add_argument("--model", help="smollm2-135m (embedded default), tiny, an HF id or a local directory")
     p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
+    p.add_argument("--engine", help="hf (default) or vllm")
     p.add_argument("--config", help="YAML config (defaults: zoopt/configs/train.yaml)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its seed log")

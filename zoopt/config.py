@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import yaml
 
-OPEN_SECTIONS = {"objective_args"}  # free-form: passed to the objective's constructor
+OPEN_SECTIONS = {"objective_args", "engine_args"}  # free-form: passed to constructors
 
 
 class ConfigError(ValueError):

@@ -126,6 +126,7 @@ OBJECTIVES = Registry("objective", "zoopt.objectives")
 ENGINES = Registry("engine", "zoopt.engines")
 ENGINES.register("module", "zoopt.engines.module:ModuleEngine")
 ENGINES.register("hf", "zoopt.engines.hf:HFEngine")
+ENGINES.register("vllm", "zoopt.engines.vllm:VLLMEngine")
 
 
 def build(registry: Registry, name: str, **kwargs: Any) -> Any:

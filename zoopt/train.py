@@ -57,8 +57,11 @@ def build_es(cfg: dict) -> ES:
 def build_engine(cfg: dict, objective=None):
     """The configured engine; it takes the objective's system prompt, if it has one."""
     engine_cls = ENGINES.get(cfg["engine"])
+    options = dict(cfg.get("engine_args") or {})
+    if cfg.get("noise_cache_gb"):
+        options["noise_cache_bytes"] = int(float(cfg["noise_cache_gb"]) * 2**30)
     engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
-                                        batch_size=int(cfg["batch_size"]))
+                                        batch_size=int(cfg["batch_size"]), **options)
     if getattr(objective, "system_prompt", None):
         engine.system_prompt = objective.system_prompt
     return engine

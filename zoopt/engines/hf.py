@@ -62,8 +62,8 @@ class HFEngine(ModuleEngine):
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
-                 system_prompt: str | None = None) -> None:
-        super().__init__(model, master_device=master_device)
+                 system_prompt: str | None = None, noise_cache_bytes: int = 0) -> None:
+        super().__init__(model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
         if batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size!r}")
         if system_prompt is not None and not tokenizer.chat_template:

@@ -29,9 +29,16 @@ class ModuleEngine:
 
     ``master_device`` holds the fp32 master copy (default: each parameter's own device; pass
     ``"cpu"`` to keep a GPU model's master in host memory).
+
+    ``noise_cache_bytes`` (default 0: off) lets ``perturb`` keep up to that many bytes of the
+    fp32 noise it draws, so that the next ``apply`` reuses them instead of drawing them again
+    (on a CPU, drawing the noise is most of an ES step's non-generation time).  The noise is a
+    pure function of (noise, seed, name), so the cache changes no result, bit for bit; it is
+    emptied by every ``apply`` and by :meth:`clear_noise_cache`.
     """
 
-    def __init__(self, module: torch.nn.Module, master_device: str | torch.device | None = None) -> None:
+    def __init__(self, module: torch.nn.Module, master_device: str | torch.device | None = None,
+                 noise_cache_bytes: int = 0) -> None:
         self.module = module
         self.params: dict[str, torch.nn.Parameter] = dict(module.named_parameters())  # ties deduplicated
         self.master: dict[str, torch.Tensor] = {
@@ -39,6 +46,11 @@ class ModuleEngine:
             for name, p in self.params.items()
         }
         self._dirty: set[str] = set()
+        if noise_cache_bytes < 0:
+            raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
+        self.noise_cache_bytes = int(noise_cache_bytes)
+        self._noise_cache: dict[tuple[Noise, int, str], torch.Tensor] = {}
+        self._noise_cache_used = 0
 
     # -- the contract ----------------------------------------------------------------------
     @torch.no_grad()
@@ -48,8 +60,8 @@ class ModuleEngine:
         self.restore()
         for name in self._selected(noise):
             p, m = self.params[name], self.master[name]
-            eps = noise.sample(seed, name, m.shape, device=m.device)
-            p.copy_(eps.mul_(scale).add_(m))
+            eps = self._noise(noise, seed, name, keep=True)
+            p.copy_((eps * scale).add_(m))
             self._dirty.add(name)
 
     @torch.no_grad()
@@ -75,6 +87,7 @@ class ModuleEngine:
             m = self.master[name]
             m.add_(self.delta(noise, update, name))
             self.params[name].copy_(m)
+        self.clear_noise_cache()
 
     def delta(self, noise: Noise, update: Update, name: str) -> torch.Tensor:
         """The fp32 tensor ``Σᵢ cᵢ·ε(seedᵢ, name)`` that ``apply`` adds to ``name``'s master."""
@@ -82,8 +95,25 @@ class ModuleEngine:
         acc = torch.zeros_like(m)
         for seed, c in zip(update.seeds, update.coefficients):
             if c != 0.0:
-                acc.add_(noise.sample(seed, name, m.shape, device=m.device), alpha=float(c))
+                acc.add_(self._noise(noise, seed, name), alpha=float(c))
         return acc
+
+    def _noise(self, noise: Noise, seed: int, name: str, keep: bool = False) -> torch.Tensor:
+        """``ε(seed, name)`` from the cache, else drawn (and kept if ``keep`` and it fits)."""
+        key = (noise, int(seed), name)
+        eps = self._noise_cache.get(key)
+        if eps is None:
+            m = self.master[name]
+            eps = noise.sample(seed, name, m.shape, device=m.device)
+            nbytes = eps.numel() * eps.element_size()
+            if keep and self._noise_cache_used + nbytes <= self.noise_cache_bytes:
+                self._noise_cache[key] = eps
+                self._noise_cache_used += nbytes
+        return eps
+
+    def clear_noise_cache(self) -> None:
+        self._noise_cache.clear()
+        self._noise_cache_used = 0
 
     @torch.no_grad()
     def sync_master(self) -> None:

