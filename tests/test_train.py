@@ -116,3 +116,13 @@ def test_resume_refuses_a_changed_run_key(tmp_path):
     cfg2 = dict(cfg, sigma=0.5)
     with pytest.raises(ValueError, match="'sigma'"):
         Trainer(cfg2, tmp_path / "run", objective=Digits())
+
+
+def test_noise_cache_setting():
+    from zoopt.config import ConfigError
+    from zoopt.train import noise_cache_bytes
+
+    assert noise_cache_bytes(0, "cpu") == 0 and noise_cache_bytes(1.5, "cpu") == int(1.5 * 2**30)
+    assert noise_cache_bytes("auto", "cuda:0") == 0 and noise_cache_bytes("auto", "cpu") > 0
+    with pytest.raises(ConfigError, match="noise_cache_gb"):
+        noise_cache_bytes("lots", "cpu")

@@ -58,13 +58,38 @@ def build_engine(cfg: dict, objective=None):
     """The configured engine; it takes the objective's system prompt, if it has one."""
     engine_cls = ENGINES.get(cfg["engine"])
     options = dict(cfg.get("engine_args") or {})
-    if cfg.get("noise_cache_gb"):
-        options["noise_cache_bytes"] = int(float(cfg["noise_cache_gb"]) * 2**30)
+    cache = noise_cache_bytes(cfg.get("noise_cache_gb", 0), str(cfg["device"]))
+    if cache:
+        options["noise_cache_bytes"] = cache
     engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
                                         batch_size=int(cfg["batch_size"]), **options)
     if getattr(objective, "system_prompt", None):
         engine.system_prompt = objective.system_prompt
     return engine
+
+
+def noise_cache_bytes(setting, device: str) -> int:
+    """Bytes of member noise the engine may keep for the update (``noise_cache_gb``).
+
+    ``auto``: on the CPU, 40 % of the memory available now (MemAvailable); elsewhere 0, since
+    device memory is better spent on rollouts.  A number is taken as GiB.
+    """
+    if setting == "auto":
+        if not device.startswith("cpu"):
+            return 0
+        try:
+            with open("/proc/meminfo") as fh:
+                available_kb = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return 0
+        return int(0.4 * available_kb * 1024)
+    try:
+        gib = float(setting or 0)
+    except (TypeError, ValueError):
+        raise ConfigError(f"noise_cache_gb must be 'auto' or a number of GiB, got {setting!r}") from None
+    if gib < 0:
+        raise ConfigError(f"noise_cache_gb must be ≥ 0, got {setting!r}")
+    return int(gib * 2**30)
 
 
 def build_objective(cfg: dict):
