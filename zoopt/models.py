@@ -81,6 +81,9 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: 
 
 def _from_pretrained(name: str, path: Path, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # zoopt shows its own progress; per-tensor bars are noise
 
     local = path.is_dir()
     if not local and _looks_like_path(name):  # fail fast instead of asking the hub
