@@ -87,6 +87,7 @@ def test_seed_log_reproduces_the_exported_weights(tmp_path):
     cfg = load_config(overrides=[*TINY, "steps=10", "export=true", f"run_dir={tmp_path / 'run'}",
                                  f"objective={DIGITS}"])
     result = train(cfg, show_progress=False)
+    assert (result.run_dir / "training.png").read_bytes()[:4] == b"\x89PNG"
     path, checksum = export_from_seedlog(result.run_dir, tmp_path / "rebuilt")
     trained = load_file(str(result.run_dir / "model" / "model.safetensors"))
     rebuilt = load_file(str(Path(path) / "model.safetensors"))

@@ -287,6 +287,10 @@ def train(cfg: dict, resume: str | Path | None = None, console=None, show_progre
     if cfg.get("export"):
         path = trainer.engine.export_pretrained(run_dir / "model")
         ui.note(f"exported the final weights to {path}")
+    if history:
+        from .analyze import plot_run
+
+        ui.note(f"reward and entropy curves: {plot_run(run_dir)}")
     checksum = trainer.engine.checksum()
     (run_dir / "checksum.txt").write_text(checksum + "\n")
     ui.note(f"done: {trainer.es.step} steps, weights checksum {checksum}")
