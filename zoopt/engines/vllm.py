@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ..atomic import atomic_directory
 from ..models import EMBEDDED, _tiny_seed, build_cached, cache_dir, ensure_embedded, resolve_dtype
 from ..noise import Noise
 from ..types import Update
@@ -287,26 +287,14 @@ class VLLMEngine:
         from safetensors.torch import save_file
         from transformers import AutoConfig, GenerationConfig
 
-        directory = Path(directory).absolute()
-        directory.parent.mkdir(parents=True, exist_ok=True)
         self.restore()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-        try:
+        with atomic_directory(directory) as tmp:
             save_file(self._gather(master=True), str(tmp / "model.safetensors"), metadata={"format": "pt"})
             AutoConfig.from_pretrained(str(self.model_dir)).save_pretrained(str(tmp))
             if (self.model_dir / "generation_config.json").exists():
                 GenerationConfig.from_pretrained(str(self.model_dir)).save_pretrained(str(tmp))
             self.tokenizer.save_pretrained(str(tmp))
-            if directory.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
-                os.replace(directory, old / directory.name)
-                os.replace(tmp, directory)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        directory = Path(directory).absolute()
         return directory
 
     # -- rollouts --------------------------------------------------------------------------------
