@@ -1,4 +1,4 @@
-"""Hyper-parameter sweeps of ES training with Optuna (see ``docs/sweeps.md``).
+"""Hyper-parameter sweeps of ES or GRPO training with Optuna (see ``docs/sweeps.md``).
 
 ``sweeps.run(spec, study_name=..., storage=..., n_trials=..., workers=...)`` runs or resumes a
 study and returns it; ``sweeps.load_spec`` parses and validates a spec.  Modules: ``space``

@@ -1,4 +1,4 @@
-"""One sweep trial: suggest params, ES-train a run, return the final metric(s) to Optuna.
+"""One sweep trial: suggest params, train a run (ES or GRPO), return the final metric(s) to Optuna.
 
 :class:`TrialObjective` is the ``func`` given to ``study.optimize``.  For a trial it
 
@@ -6,7 +6,8 @@
 2. builds the train config (:meth:`SweepSpec.trial_config`) with ``run_dir`` =
    ``<study_dir>/trials/trial-NNNN`` and records ``run_dir``, ``config``, ``steps`` and
    ``worker`` as trial user attrs;
-3. drives :class:`zoopt.train.Trainer` step by step; with a single objective and
+3. drives the method's trainer step by step — :class:`zoopt.train.Trainer` for ES,
+   :class:`GRPORun` (around :class:`zoopt.grpo.trainer.GRPO`) for GRPO; with a single objective and
    ``report_every`` > 0 it evaluates every ``report_every`` steps (before the last),
    ``trial.report(value, steps_done)`` and raises ``optuna.TrialPruned`` when
    ``trial.should_prune()``;
@@ -15,8 +16,9 @@
 
 A metric that is missing or ``None`` is returned as NaN, which Optuna records as FAIL; an
 exception also fails the trial (the sweep runs with ``catch=(Exception,)``) and its message is
-kept as the ``error`` user attr.  Trials never
-export weights: the trial's seed log rebuilds them (``zoopt export``).
+kept as the ``error`` user attr.  ES trials never
+export weights: the trial's seed log rebuilds them (``zoopt export``); GRPO trials keep no
+weights (retrain from ``best.yaml`` with ``zoopt grpo --config``).
 """
 
 from __future__ import annotations
@@ -27,17 +29,57 @@ from pathlib import Path
 from typing import Callable
 
 import optuna
+import yaml
 
-from zoopt.train import Trainer, evaluate_run
+from zoopt.train import Trainer, build_engine, build_objective, evaluate_run
 
 from .spec import Objective, SweepSpec
 
-EvaluateFn = Callable[[Trainer], dict]
+
+class GRPORun:
+    """One GRPO trial run: ``config.yaml`` and ``metrics.jsonl`` in ``run_dir``, like ``zoopt grpo``.
+
+    Exposes what :class:`zoopt.train.Trainer` exposes to an ``evaluate_fn``: ``cfg``,
+    ``run_dir``, ``engine``, ``objective``.
+    """
+
+    def __init__(self, cfg: dict, run_dir: Path) -> None:
+        from zoopt.grpo.trainer import GRPO
+
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.objective = build_objective(cfg)
+        self.engine = build_engine(cfg, self.objective)
+        self.grpo = GRPO.from_config(cfg, self.engine, self.objective)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    @property
+    def steps_done(self) -> int:
+        return self.grpo.step_count
+
+    def step(self) -> dict:
+        record = self.grpo.step()
+        with open(self.run_dir / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        return record
 
 
-def default_evaluate(trainer: Trainer) -> dict:
-    """The held-out evaluation of ``zoopt train`` (``eval`` section of the trial's config)."""
+EvaluateFn = Callable[[Trainer | GRPORun], dict]
+
+
+def default_evaluate(trainer: Trainer | GRPORun) -> dict:
+    """The held-out evaluation of ``zoopt train``/``zoopt grpo`` (``eval`` section of the trial's config)."""
     return evaluate_run(trainer.engine, trainer.objective, trainer.cfg)
+
+
+def start_run(method: str, cfg: dict, run_dir: Path) -> tuple[Trainer | GRPORun, Callable[[], int]]:
+    """The per-method part of a trial: its trainer (``.step() -> record``, handed to
+    ``evaluate_fn``) and a function returning the steps done so far."""
+    if method == "grpo":
+        run = GRPORun(cfg, run_dir)
+        return run, lambda: run.steps_done
+    trainer = Trainer(cfg, run_dir)
+    return trainer, lambda: trainer.es.step
 
 
 def metric_value(objective: Objective, summary: dict, record: dict | None) -> float:
@@ -72,7 +114,7 @@ class TrialObjective:
         for key, value in (("run_dir", str(run_dir)), ("config", cfg), ("steps", cfg["steps"]),
                            ("worker", self.worker)):
             trial.set_user_attr(key, value)
-        if (run_dir / "seedlog.json").exists():
+        if (run_dir / "seedlog.json").exists() or (run_dir / "metrics.jsonl").exists():
             raise FileExistsError(f"{run_dir} already holds a run (left from an earlier study of this name?)")
         try:
             return self._train(trial, cfg, run_dir)
@@ -84,13 +126,13 @@ class TrialObjective:
 
     def _train(self, trial: optuna.Trial, cfg: dict, run_dir: Path) -> float | list[float]:
         spec = self.spec
-        trainer = Trainer(cfg, run_dir)
+        trainer, steps_done = start_run(spec.method, cfg, run_dir)
         needs_eval = any(o.needs_eval for o in spec.objectives)
         every = spec.report_every if not spec.multi_objective else 0
         steps, record = int(cfg["steps"]), None
-        while trainer.es.step < steps:
+        while steps_done() < steps:
             record = trainer.step()
-            done = trainer.es.step
+            done = steps_done()
             if every and done % every == 0 and done < steps:
                 summary = self.evaluate_fn(trainer) if needs_eval else {}
                 value = metric_value(spec.objectives[0], summary, record)

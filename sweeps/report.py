@@ -8,7 +8,7 @@
   (multi-objective) — drawn by ``optuna.visualization.matplotlib``; a plot that cannot be
   drawn is skipped with a logged reason and never fails the sweep;
 * ``best.yaml``: the best trial's full train config (``run_dir: null``), ready for
-  ``zoopt train --config best.yaml``.  With several objectives the best trial is the one on
+  ``zoopt train --config best.yaml`` (``zoopt grpo --config best.yaml`` for a GRPO sweep).  With several objectives the best trial is the one on
   the Pareto front that is best on the first objective.
 """
 
@@ -89,13 +89,16 @@ def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def write_best_config(trial: FrozenTrial, path: str | Path) -> Path:
-    """Write ``trial``'s train config (``run_dir: null``) as YAML with a provenance header."""
+def write_best_config(trial: FrozenTrial, path: str | Path, method: str = "es") -> Path:
+    """Write ``trial``'s train config (``run_dir: null``) as YAML with a provenance header
+    naming the command that runs it (``method``: the sweep's, ``es`` or ``grpo``)."""
     cfg = dict(trial.user_attrs["config"])
     cfg["run_dir"] = None
     values = ", ".join(f"{v:.6g}" for v in trial.values)
-    header = (f"# best sweep trial {trial.number} (values: {values}); params: "
-              + ", ".join(f"{k}={v!r}" for k, v in trial.params.items()) + "\n")
+    command = "zoopt grpo" if method == "grpo" else "zoopt train"
+    header = (f"# best {method} sweep trial {trial.number} (values: {values}); params: "
+              + ", ".join(f"{k}={v!r}" for k, v in trial.params.items())
+              + f"\n# run it: {command} --config best.yaml\n")
     path = Path(path)
     path.write_text(header + yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -117,7 +120,8 @@ def write_report(study: optuna.Study, out_dir: str | Path) -> Report:
             log.warning("sweep report: skipped plot %s: %s", name, report.skipped[name])
     best = best_trial(study)
     if best is not None and "config" in best.user_attrs:
-        report.best_yaml = write_best_config(best, out_dir / "best.yaml")
+        report.best_yaml = write_best_config(best, out_dir / "best.yaml",
+                                             method=study.user_attrs.get("method", "es"))
     return report
 
 

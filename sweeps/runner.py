@@ -1,7 +1,7 @@
-"""``sweeps.run``: run (or resume) an Optuna study of ES hyper-parameters.
+"""``sweeps.run``: run (or resume) an Optuna study of ES or GRPO hyper-parameters.
 
 Layout: ``<run_root>/<study>/`` holds ``study.db`` (the default SQLite storage),
-``trials/trial-NNNN/`` (one ``zoopt train`` run directory per trial), ``plots/*.png`` and
+``trials/trial-NNNN/`` (one ``zoopt train``/``zoopt grpo`` run directory per trial), ``plots/*.png`` and
 ``best.yaml`` (see :mod:`sweeps.report`).
 
 Budget: ``n_trials`` is the number of trials *this call* runs, exactly — split into shares
@@ -54,6 +54,7 @@ def run(spec: str | Path | dict | SweepSpec, *, study_name: str | None = None, s
     n_existing = count_trials(rdb, name)
     study = open_study(spec, name, rdb, workers=workers, n_existing=n_existing)
     study.set_user_attr("study_dir", str(study_dir))
+    study.set_user_attr("method", spec.method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)

@@ -2,7 +2,8 @@
 
 :func:`load_spec` reads a YAML file, a packaged spec name (``tiny``, ``default``, ``pareto``
 from ``sweeps/specs/``) or a dict, validates every part and returns a :class:`SweepSpec` whose
-``base`` is a complete train config.  Any unknown key or bad value raises :class:`SpecError`
+``base`` is a complete train config: ``zoopt/configs/train.yaml`` keys for ``method: es``,
+``zoopt/configs/grpo.yaml`` keys for ``method: grpo``.  Any unknown key or bad value raises :class:`SpecError`
 (a ``ValueError``) with a one-line message that names the key.
 """
 
@@ -23,8 +24,8 @@ from .space import Param, SpecError, parse_param
 
 TOP_KEYS = ("name", "method", "base", "set", "space", "objectives", "budget", "sampler", "pruner",
             "report_every", "n_trials", "enqueue_paper_defaults", "seed", "heartbeat")
-METHODS = ("es",)
-RESERVED_METHODS = ("grpo",)
+# method → the packaged train config a trial's base starts from (``zoopt/configs/<name>.yaml``)
+METHODS = {"es": "train", "grpo": "grpo"}
 SAMPLERS = ("tpe", "random", "grid", "nsga2")
 PRUNERS = ("none", "median", "hyperband")
 # σ, α, N of "Evolution Strategies at Scale" (Qiu et al. 2025), enqueued as trial 0 on request
@@ -86,11 +87,13 @@ class SweepSpec:
 
     def steps_for(self, cfg: dict) -> int:
         """Training steps of a trial with config ``cfg``: the ``steps`` budget, or
-        ``completions // (population_size × prompts_per_step × sampling.n)``, at least 1."""
+        ``completions // (population_size × prompts_per_step × sampling.n)``, at least 1
+        (GRPO: ``completions // (prompts_per_step × sampling.n)``, ``sampling.n`` the group size)."""
         kind, amount = self.budget
         if kind == "steps":
             return amount
-        per_step = int(cfg["population_size"]) * int(cfg["prompts_per_step"]) * int(cfg["sampling"]["n"])
+        members = int(cfg["population_size"]) if self.method == "es" else 1
+        per_step = members * int(cfg["prompts_per_step"]) * int(cfg["sampling"]["n"])
         return max(1, amount // per_step)
 
     def trial_config(self, params: dict[str, Any], run_dir: str | Path | None) -> dict:
@@ -136,11 +139,9 @@ def parse_spec(raw: dict, *, name: str, root: Path) -> SweepSpec:
     if unknown:
         raise SpecError(f"unknown spec key {unknown[0]!r} (allowed: {', '.join(TOP_KEYS)})")
     method = raw.get("method", "es")
-    if method in RESERVED_METHODS:
-        raise SpecError(f"method: {method!r} sweeps are not implemented yet (only 'es')")
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise SpecError(f"method must be one of {list(METHODS)}, got {method!r}")
-    base = _base_config(raw.get("base"), raw.get("set"), root)
+    base = _base_config(raw.get("base"), raw.get("set"), root, METHODS[method])
     space = _space(raw.get("space"), base)
     objectives = _objectives(raw.get("objectives"), base)
     budget = _budget(raw.get("budget"))
@@ -156,6 +157,9 @@ def parse_spec(raw: dict, *, name: str, root: Path) -> SweepSpec:
     enqueue = raw.get("enqueue_paper_defaults", False)
     if not isinstance(enqueue, bool):
         raise SpecError(f"enqueue_paper_defaults must be true or false, got {enqueue!r}")
+    if enqueue and method != "es":
+        raise SpecError(f"enqueue_paper_defaults: the paper's σ, α, N are ES values; "
+                        f"set it false for method: {method}")
     spec = SweepSpec(
         name=check_name(raw.get("name", name)), base=base, space=space, objectives=objectives, budget=budget,
         sampler=sampler, pruner=pruner, report_every=report_every,
@@ -173,14 +177,15 @@ def parse_spec(raw: dict, *, name: str, root: Path) -> SweepSpec:
     return spec
 
 
-def _base_config(base: Any, overrides: Any, root: Path) -> dict:
+def _base_config(base: Any, overrides: Any, root: Path, defaults: str = "train") -> dict:
+    """``zoopt/configs/<defaults>.yaml`` ← ``base`` (overrides or a YAML path) ← ``overrides``."""
     try:
         if base is None or isinstance(base, dict):
-            cfg = load_config(None)
+            cfg = load_config(None, base=defaults)
             merge(cfg, base or {})
         elif isinstance(base, str):
             path = Path(base) if Path(base).is_absolute() else root / base
-            cfg = load_config(path)
+            cfg = load_config(path, base=defaults)
         else:
             raise SpecError(f"base must be a mapping of train-config overrides or a path, got {base!r}")
     except ConfigError as exc:
