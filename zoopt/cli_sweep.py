@@ -1,4 +1,4 @@
-"""``zoopt sweep SPEC``: an Optuna sweep of ES hyper-parameters (the ``sweeps`` plugin package).
+"""``zoopt sweep SPEC``: an Optuna sweep of ES or GRPO hyper-parameters (the ``sweeps`` plugin package).
 
 ``SPEC`` is a spec YAML or a packaged spec name (``tiny``, ``default``, ``pareto``); see
 ``docs/sweeps.md``.  Re-running with the same study name and storage adds trials.  The
@@ -15,7 +15,7 @@ from .registry import resolve_target
 
 def add_command(subparsers) -> argparse.ArgumentParser:
     """Add the ``sweep`` sub-command to ``subparsers`` (from ``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("sweep", help="search ES hyper-parameters with Optuna (resumable, parallel)")
+    p = subparsers.add_parser("sweep", help="search ES or GRPO hyper-parameters with Optuna (resumable, parallel)")
     p.add_argument("spec", help="a sweep spec YAML, or tiny | default | pareto")
     p.add_argument("--study", metavar="NAME", help="study name (default: the spec's name)")
     p.add_argument("--storage", metavar="URL", help="Optuna RDB URL (default: sqlite under the study directory)")
