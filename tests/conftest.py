@@ -7,3 +7,22 @@ os.environ.setdefault("ZOOPT_CACHE", str(Path(__file__).resolve().parents[1] / "
 os.environ.setdefault("HF_HOME", str(Path(os.environ["ZOOPT_CACHE"]).parent / "hf"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """One intra-op thread (and OMP_NUM_THREADS=1 for spawned workers) for tiny-model tests.
+
+    On 2 shared cores the tiny model's many small kernels run far slower with OpenMP
+    oversubscribed (measured up to 60× for GRPO steps); results do not depend on it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    torch.set_num_threads(before)

@@ -34,13 +34,7 @@ TINY = ["model=tiny", f"objective={DIGITS}", "es.population_size=4", "es.prompts
         "eval.n_samples=4", "eval.ks=[1,2,4]", "eval.max_new_tokens=6"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """2 shared cores: one intra-op thread avoids OpenMP oversubscription."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def counting(engine, calls):

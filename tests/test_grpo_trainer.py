@@ -22,13 +22,7 @@ TINY = ["model=tiny", "prompts_per_step=8", "sampling.max_new_tokens=8", "sampli
         "export=false", "micro_batch_size=64"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """2 shared cores: one intra-op thread avoids OpenMP oversubscription (60× slower steps)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(*overrides, engine=None):

@@ -26,16 +26,7 @@ SMALL = {"prompts_per_step": 2, "eval": {"n_problems": 4, "max_new_tokens": 2},
          "sampling": {"max_new_tokens": 2}}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The tiny model runs about twice as fast on one thread of the 2 shared cores."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for spawned worker processes
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**changes) -> dict:
