@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from zoopt.cli_grpo import add_commands
 from zoopt.compare import compare, load_compare_config, plan_methods, shared_config
