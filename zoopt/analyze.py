@@ -56,6 +56,7 @@ def evaluate_model(cfg: dict, objective=None, progress=None):
     ``checksum`` added to its summary (comparable with a run's ``eval_after.json``)."""
     from .evaluate import evaluate
     from .models import ModelLoadError
+    from .engines.base import close_engine
     from .train import build_engine, build_objective
 
     objective = objective if objective is not None else build_objective(cfg)
@@ -63,8 +64,11 @@ def evaluate_model(cfg: dict, objective=None, progress=None):
         engine = build_engine(cfg, objective)
     except ModelLoadError as exc:  # the CLI reports ValueErrors as one-line errors
         raise ValueError(str(exc)) from None
-    result = evaluate(engine, objective, progress=progress, **eval_kwargs(cfg))
-    result.summary["checksum"] = engine.checksum()
+    try:
+        result = evaluate(engine, objective, progress=progress, **eval_kwargs(cfg))
+        result.summary["checksum"] = engine.checksum()
+    finally:
+        close_engine(engine)
     return result
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 EVAL_FLAGS = ("n_problems", "temperature", "max_new_tokens", "dtype", "seed", "batch_size",
-              "device")
+              "device", "engine")
 
 
 def add_commands(sub) -> None:
@@ -63,6 +63,7 @@ def _add_eval_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="default: the config's seed")
     p.add_argument("--batch-size", type=int, help="default: the config's batch_size")
     p.add_argument("--device", help="default: the config's device")
+    p.add_argument("--engine", help="hf or vllm (default: the config's engine)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key, e.g. objective_args.digits=1 (repeatable)")
 

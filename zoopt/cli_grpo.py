@@ -10,6 +10,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("grpo", help="GRPO-train a model on a verifier objective (TRL's loss, AdamW)")
     p.add_argument("--model", help="smollm2-135m (embedded default), tiny, an HF id or a local directory")
     p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
+    p.add_argument("--engine", help="hf (default) or vllm: the rollout engine")
     p.add_argument("--config", help="YAML config (defaults: zoopt/configs/grpo.yaml)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -18,6 +19,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("compare", help="base vs ES vs GRPO vs ES→GRPO vs GRPO→ES at an equal completion budget")
     p.add_argument("--model", help="the base model of every method")
     p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
+    p.add_argument("--engine", help="hf (default) or vllm: the rollout engine of every method")
     p.add_argument("--config", help="YAML config (defaults: zoopt/configs/compare.yaml)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a key (repeatable): budget=…, es.sigma=…, grpo.lr=…, methods.NAME=[…]")
@@ -32,6 +34,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         overrides.append(f"model={args.model}")
     if args.objective:
         overrides.append(f"objective={args.objective}")
+    if args.engine:
+        overrides.append(f"engine={args.engine}")
     return overrides
 
 

@@ -37,8 +37,8 @@ from .config import ConfigError, config_items, default_config, merge
 from .schedule import parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
-SHARED_KEYS = ("model", "dtype", "device", "engine", "objective", "objective_args", "seed", "batch_size",
-               "reward_timeout_s")
+SHARED_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
+               "batch_size", "reward_timeout_s")
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -105,6 +105,7 @@ def run_method(spec: dict, objective=None) -> dict:
     ``spec``: ``name``, ``dir``, ``shared`` (model/engine keys), ``eval`` (see
     :func:`eval_config`) and ``phases`` (``PlannedPhase.to_dict()`` entries).
     """
+    from .engines.base import close_engine
     from .schedule import PlannedPhase
     from .train import build_engine, build_objective, evaluate_run
 
@@ -116,13 +117,17 @@ def run_method(spec: dict, objective=None) -> dict:
     t_loaded = time.perf_counter()
     planned = [PlannedPhase(p["method"], p["config"], p["steps"], p["completions_per_step"], p["allotted"])
                for p in spec["phases"]]
-    phases = run_schedule(planned, engine, objective, method_dir)
-    t_trained = time.perf_counter()
-    summary = evaluate_run(engine, objective, spec["eval"])
-    t_evaluated = time.perf_counter()
-    model_dir = engine.export_pretrained(method_dir / "model")
+    try:
+        phases = run_schedule(planned, engine, objective, method_dir)
+        t_trained = time.perf_counter()
+        summary = evaluate_run(engine, objective, spec["eval"])
+        t_evaluated = time.perf_counter()
+        model_dir = engine.export_pretrained(method_dir / "model")
+        checksum = engine.checksum()
+    finally:
+        close_engine(engine)
     return {"name": spec["name"], "phases": phases, "eval": summary, "model_dir": str(model_dir),
-            "checksum": engine.checksum(),
+            "checksum": checksum,
             "completions": sum(p["completions"] for p in phases),
             "completions_generated": sum(p["completions_generated"] for p in phases),
             "load_s": round(t_loaded - t0, 3), "train_s": round(t_trained - t_loaded, 3),

@@ -73,3 +73,11 @@ class RolloutEngine(Protocol):
     def apply(self, noise: Noise, update: Update) -> None: ...
 
     def checksum(self) -> str: ...
+
+
+def close_engine(engine) -> None:
+    """Release what an engine holds outside this process (``VLLMEngine`` shuts its worker
+    processes down); a no-op for engines without ``close`` (``HFEngine``: memory only)."""
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()

