@@ -101,6 +101,24 @@ def test_eval_of_a_run_dir_reproduces_the_runs_final_evaluation(tmp_path, reward
     assert 0 < summary["pass@2"] < 1 and summary["pass@2"] >= summary["pass@1"]
 
 
+def test_eval_of_a_grpo_run_dir_takes_only_the_shared_keys(tmp_path, reward_spec, one_thread):
+    """A GRPO run's config.yaml holds GRPO keys (loss_type, beta, ...) that train.yaml lacks:
+    ``zoopt eval`` reads what evaluation needs from it and reproduces its final evaluation."""
+    from zoopt.grpo import train_grpo
+
+    run = tmp_path / "grpo"
+    cfg = load_config(overrides=["model=tiny", f"objective={reward_spec}", "steps=1", "prompts_per_step=4",
+                                 "sampling.n=2", "sampling.max_new_tokens=6", "lr=0.01", "eval.n_problems=8",
+                                 "eval.max_new_tokens=6", f"run_dir={run}"], base="grpo")
+    train_grpo(cfg, show_progress=False)
+    after = json.loads((run / "eval_after.json").read_text())
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(run), "--n", "0", "--k", "1", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_problems"] == 8 and summary["dtype"] == "float32"
+    assert summary["checksum"] == after["checksum"] and summary["greedy_accuracy"] == after["greedy_accuracy"]
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--n", "1", "--k", "2"], ["--n 1", "--k 2"]),
     (["--k", "0,2"], ["--k", "'0,2'"]),

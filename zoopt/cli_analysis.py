@@ -110,8 +110,8 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
 
     cfg = default_config()
     run = run_config(model) if model else None
-    if run:
-        merge(cfg, run)
+    if run:  # an ES or a GRPO run: take the keys evaluation shares with train.yaml, not the method's own
+        merge(cfg, {k: v for k, v in run.items() if k in cfg})
         if objective and objective != run.get("objective"):
             cfg["objective_args"] = {}  # the run's arguments belong to the run's objective
     if objective:
