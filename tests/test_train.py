@@ -104,7 +104,8 @@ def test_seed_log_reproduces_the_exported_weights(tmp_path):
 
 @pytest.mark.parametrize("override,needle", [("sampling.temprature=1", "sampling.temperature"),
                                              ("popsize=3", "popsize"),
-                                             ("sigma=-1", "sigma")])
+                                             ("sigma=-1", "sigma"),
+                                             ("engine_args.max_model_len=512", "engine_args.max_model_len")])
 def test_bad_config_is_a_one_line_error_naming_the_key(override, needle, capsys, tmp_path):
     code = main(["train", "--quiet", "--model", "tiny", "--set", override, "--set", f"run_dir={tmp_path}/r"])
     err = capsys.readouterr().err.strip()

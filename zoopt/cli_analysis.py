@@ -114,6 +114,8 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
         merge(cfg, {k: v for k, v in run.items() if k in cfg})
         if objective and objective != run.get("objective"):
             cfg["objective_args"] = {}  # the run's arguments belong to the run's objective
+        if args.engine and args.engine != run.get("engine"):
+            cfg["engine_args"] = {}  # and its engine options to its engine
     if objective:
         cfg["objective"] = objective
     if model:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -61,8 +62,14 @@ def build_engine(cfg: dict, objective=None):
     cache = noise_cache_bytes(cfg.get("noise_cache_gb", 0), str(cfg["device"]))
     if cache:
         options["noise_cache_bytes"] = cache
-    engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
-                                        batch_size=int(cfg["batch_size"]), **options)
+    try:
+        engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
+                                            batch_size=int(cfg["batch_size"]), **options)
+    except TypeError as exc:  # an engine_args key this engine does not take
+        bad = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if bad is None:
+            raise
+        raise ConfigError(f"engine_args.{bad.group(1)}: not an option of the {cfg['engine']!r} engine") from None
     if getattr(objective, "system_prompt", None):
         engine.system_prompt = objective.system_prompt
     return engine
