@@ -295,14 +295,16 @@ class GRPO:
             self.optimizer.zero_grad(set_to_none=True)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value / self.num_iterations
+        t_sync = time.perf_counter()
         self.sync_weights(self.engine, self.policy)
+        totals["time_sync_s"] = round(time.perf_counter() - t_sync, 4)
         n = max(totals["tokens"], 1.0)
         return {"loss": totals["loss"], "kl": totals["kl_sum"] / n if self.beta != 0.0 else None,
                 "clip_ratio_low": totals["low"] / n, "clip_ratio_high": totals["high"] / n,
                 "clip_ratio_region": (totals["low"] + totals["high"]) / n,
                 "entropy": totals["entropy_sum"] / n, "grad_norm": totals["grad_norm"],
                 "sampler_logp_gap_mean": None if gap is None else gap[0],
-                "sampler_logp_gap_max": None if gap is None else gap[1]}
+                "sampler_logp_gap_max": None if gap is None else gap[1], "time_sync_s": totals["time_sync_s"]}
 
     def step(self) -> dict:
         """One GRPO step (rollout, score, ``num_iterations`` AdamW steps, sync); its metrics."""
@@ -372,7 +374,9 @@ def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None,
             history.append(record)
             ui.note(f"GRPO step {record['step']:>3}  reward {record['reward_mean'] or 0:.4f}  loss {record['loss']:+.4f}"
                     f"  |g| {record['grad_norm']:.3g}  gen {record['time_generate_s']:.1f}s"
-                    f"  train {record['time_train_s']:.1f}s")
+                    f"  train {record['time_train_s']:.1f}s"
+                    + (f"  sync {record['time_sync_s']:.1f}s  |Δlogp| ≤ {record['sampler_logp_gap_max']:.1e}"
+                       if record["sampler_logp_gap_max"] is not None else ""))
     after = evaluate("after") if eval_on else None
     ui.compare(before, after)
     if cfg.get("export"):
