@@ -31,6 +31,7 @@ from typing import Callable
 import optuna
 import yaml
 
+from zoopt.engines.base import close_engine
 from zoopt.train import Trainer, build_engine, build_objective, evaluate_run
 
 from .spec import Objective, SweepSpec
@@ -125,8 +126,14 @@ class TrialObjective:
             raise
 
     def _train(self, trial: optuna.Trial, cfg: dict, run_dir: Path) -> float | list[float]:
+        trainer, steps_done = start_run(self.spec.method, cfg, run_dir)
+        try:
+            return self._steps(trial, trainer, steps_done, cfg, run_dir)
+        finally:  # a vLLM engine's worker processes must not outlive the trial
+            close_engine(trainer.engine)
+
+    def _steps(self, trial: optuna.Trial, trainer, steps_done, cfg: dict, run_dir: Path) -> float | list[float]:
         spec = self.spec
-        trainer, steps_done = start_run(spec.method, cfg, run_dir)
         needs_eval = any(o.needs_eval for o in spec.objectives)
         every = spec.report_every if not spec.multi_objective else 0
         steps, record = int(cfg["steps"]), None

