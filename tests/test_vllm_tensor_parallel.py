@@ -25,7 +25,7 @@ from zoopt.noise import Gaussian  # noqa: E402
 from zoopt.types import Update  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_vllm_engine import GREEDY, TINY_PROMPTS, tiny_hd32, tokens  # noqa: E402
+from test_vllm_engine import GREEDY, TINY_PROMPTS, check_member_equals_hf, tiny_hd32, tokens  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +52,7 @@ def test_perturbed_shards_get_their_slice_of_hf_noise(tp2, include):
     """Column-parallel q, row-parallel o, the replicated KV head and the vocab-parallel tied
     embedding: the same weights as HF's, and the same greedy tokens."""
     v, hf = tp2
-    base = tokens(hf.generate(TINY_PROMPTS, GREEDY))
-    noise = Gaussian(include=include)
-    v.perturb(noise, 7, 0.3)
-    hf.perturb(noise, 7, 0.3)
-    try:
-        assert v.checksum() == hf.checksum()
-        out = tokens(v.generate(TINY_PROMPTS, GREEDY))
-        assert out == tokens(hf.generate(TINY_PROMPTS, GREEDY)) and out != base
-    finally:
-        v.restore()
-        hf.restore()
-    assert v.checksum() == hf.checksum()
+    check_member_equals_hf(v, hf, Gaussian(include=include), 7)
 
 
 def test_apply_and_weight_sync_equal_hf(tp2):
