@@ -83,7 +83,7 @@ def test_resuming_with_other_objectives_is_refused(tmp_path):
 
 
 def test_two_workers_share_one_storage_exactly(tmp_path):
-    study = sweeps.run(tiny(), study_name="par", run_root=tmp_path, n_trials=4, workers=2, report=False)
+    sweeps.run(tiny(), study_name="par", run_root=tmp_path, n_trials=4, workers=2, report=False)
     trials = optuna.load_study(study_name="par", storage=f"sqlite:///{tmp_path / 'par' / 'study.db'}").trials
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
     assert all(t.state == TrialState.COMPLETE for t in trials)

@@ -188,7 +188,7 @@ def tables(report: dict) -> list:
 
     tau = report["tau"]
     t = Table(title=f"weight change {report['base']} → {report['trained']}  (τ = {tau:g})")
-    for col in ("group", "D_rel", "weights", "moved", f"|Δ| ≤ τ of moved", "|Δ| > τ of moved"):
+    for col in ("group", "D_rel", "weights", "moved", "|Δ| ≤ τ of moved", "|Δ| > τ of moved"):
         t.add_column(col, justify="left" if col == "group" else "right")
     rows = [*report["shares_by_group"].items(), ("all", report["shares"])]
     for g, s in rows:

@@ -9,19 +9,22 @@ from .config import ConfigError
 from .models import ModelLoadError
 
 
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` items, then ``--model``/``--objective``/``--engine`` as ``key=value`` overrides."""
+    overrides = list(args.set or [])
+    for key in ("model", "objective", "engine"):
+        if getattr(args, key, None):
+            overrides.append(f"{key}={getattr(args, key)}")
+    return overrides
+
+
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .config import load_config
     from .train import train
 
-    overrides = list(args.set or [])
-    if args.model:
-        overrides.append(f"model={args.model}")
-    if args.objective:
-        overrides.append(f"objective={args.objective}")
-    if args.engine:
-        overrides.append(f"engine={args.engine}")
+    overrides = flag_overrides(args)
     config_path = args.config
     if args.resume and config_path is None and (Path(args.resume) / "config.yaml").exists():
         config_path = Path(args.resume) / "config.yaml"

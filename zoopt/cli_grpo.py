@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .cli import flag_overrides
+
 
 def add_commands(sub) -> None:
     """Add the ``grpo`` and ``compare`` sub-commands to ``sub`` (an argparse subparsers)."""
@@ -28,22 +30,11 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_compare)
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    overrides = list(args.set or [])
-    if args.model:
-        overrides.append(f"model={args.model}")
-    if args.objective:
-        overrides.append(f"objective={args.objective}")
-    if args.engine:
-        overrides.append(f"engine={args.engine}")
-    return overrides
-
-
 def _grpo(args: argparse.Namespace) -> int:
     from .config import load_config
     from .grpo import train_grpo
 
-    cfg = load_config(args.config, _overrides(args), base="grpo")
+    cfg = load_config(args.config, flag_overrides(args), base="grpo")
     train_grpo(cfg, show_progress=not args.quiet)
     return 0
 
@@ -52,7 +43,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .compare import compare, load_compare_config
     from .config import ConfigError
 
-    cfg = load_compare_config(args.config, _overrides(args))
+    cfg = load_compare_config(args.config, flag_overrides(args))
     if args.methods:
         names = [m.strip() for m in args.methods.split(",") if m.strip()]
         unknown = [m for m in names if m not in cfg["methods"]]

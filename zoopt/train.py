@@ -18,7 +18,6 @@ import math
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +32,14 @@ from .noise import noise_from_dict
 from .metrics import mean_token_entropy
 from .objective import mean_reward, score
 from .registry import ENGINES, ESTIMATORS, RegistryError, build
+from .types import RunResult
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",
             "shaping", "scaling", "population_size", "sigma", "lr", "noise", "sampling")
 
 
-@dataclass
-class TrainResult:
-    run_dir: Path
-    checksum: str
-    steps: int
-    eval_before: dict | None = None
-    eval_after: dict | None = None
-    history: list[dict] = field(default_factory=list)
+TrainResult = RunResult  # what ``train`` returns (the same fields as GRPO's)
 
 
 def build_es(cfg: dict) -> ES:

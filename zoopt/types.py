@@ -8,6 +8,7 @@ that information and nothing else, so they are cheap to pickle, log and send to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,17 @@ class Update:
     @classmethod
     def from_dict(cls, d: dict) -> "Update":
         return cls(tuple(int(s) for s in d["seeds"]), tuple(float(c) for c in d["coefficients"]))
+
+
+@dataclass
+class RunResult:
+    """What a training run returns (``zoopt.train.train`` as ``TrainResult``,
+    ``zoopt.grpo.train_grpo`` as ``GRPOResult``): its directory, the final weights' checksum,
+    the steps done, the held-out evaluations before and after, and each step's record."""
+
+    run_dir: Path
+    checksum: str
+    steps: int
+    eval_before: dict | None = None
+    eval_after: dict | None = None
+    history: list[dict] = field(default_factory=list)

@@ -37,7 +37,6 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -47,6 +46,7 @@ import yaml
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..objective import score
+from ..types import RunResult
 from .advantages import SCALE_REWARDS, group_advantages, group_std_is_zero
 from .loss import check_loss_type, grpo_loss, token_logps, token_weights
 from .policy import policy_for, sync_same_module
@@ -326,14 +326,7 @@ class GRPO:
 # ``zoopt grpo``: a run directory like the ES trainer's.
 
 
-@dataclass
-class GRPOResult:
-    run_dir: Path
-    checksum: str
-    steps: int
-    eval_before: dict | None = None
-    eval_after: dict | None = None
-    history: list[dict] = field(default_factory=list)
+GRPOResult = RunResult  # what ``train_grpo`` returns (the same fields as ES's ``TrainResult``)
 
 
 def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None) -> GRPOResult:
