@@ -18,6 +18,21 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
+def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: str,
+                  set_help: str = "override a config key (repeatable)") -> None:
+    """The flags every training command takes: --model, --objective, --engine, --config, --set,
+    --quiet (read back by :func:`flag_overrides`); ``config`` names the defaults file."""
+    p.add_argument("--model", help=model)
+    p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
+    p.add_argument("--engine", help=engine)
+    p.add_argument("--config", help=f"YAML config (defaults: zoopt/configs/{config}.yaml)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
+
+
 def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -46,13 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="ES-train a model on a verifier objective")
-    p.add_argument("--model", help="smollm2-135m (embedded default), tiny, an HF id or a local directory")
-    p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
-    p.add_argument("--engine", help="hf (default) or vllm")
-    p.add_argument("--config", help="YAML config (defaults: zoopt/configs/train.yaml)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    add_run_flags(p, "train", MODEL_HELP, "hf (default) or vllm")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its seed log")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("export", help="rebuild a run's weights from its seed log as an HF directory")

@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from .cli import flag_overrides
+from .cli import MODEL_HELP, add_run_flags, flag_overrides
 
 
 def add_commands(sub) -> None:
     """Add the ``grpo`` and ``compare`` sub-commands to ``sub`` (an argparse subparsers)."""
     p = sub.add_parser("grpo", help="GRPO-train a model on a verifier objective (TRL's loss, AdamW)")
-    p.add_argument("--model", help="smollm2-135m (embedded default), tiny, an HF id or a local directory")
-    p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
-    p.add_argument("--engine", help="hf (default) or vllm: the rollout engine")
-    p.add_argument("--config", help="YAML config (defaults: zoopt/configs/grpo.yaml)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_run_flags(p, "grpo", MODEL_HELP, "hf (default) or vllm: the rollout engine")
     p.set_defaults(func=_grpo)
 
     p = sub.add_parser("compare", help="base vs ES vs GRPO vs ES→GRPO vs GRPO→ES at an equal completion budget")
-    p.add_argument("--model", help="the base model of every method")
-    p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
-    p.add_argument("--engine", help="hf (default) or vllm: the rollout engine of every method")
-    p.add_argument("--config", help="YAML config (defaults: zoopt/configs/compare.yaml)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a key (repeatable): budget=…, es.sigma=…, grpo.lr=…, methods.NAME=[…]")
+    add_run_flags(p, "compare", "the base model of every method",
+                  "hf (default) or vllm: the rollout engine of every method",
+                  set_help="override a key (repeatable): budget=…, es.sigma=…, grpo.lr=…, methods.NAME=[…]")
     p.add_argument("--methods", metavar="A,B", help="run only these configured methods, in this order")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_compare)
 
 

@@ -5,8 +5,9 @@ The driver (this file) holds no weights.  It owns an ``LLM`` built with
 weights only through ``LLM.collective_rpc("zoopt_...", args=...)`` with primitive arguments —
 seeds, scales, coefficient lists, ``Noise.to_dict()``, file paths — so every worker (one per
 tensor-parallel rank) regenerates the same noise from the seed.  See
-:mod:`zoopt.engines.vllm_worker` for the worker side: the per-HF-tensor noise streams mapped onto
-vLLM's fused/sharded parameters, the fp32 master, bit-exact restore, and the CPU GEMM fix.
+:mod:`zoopt.engines.vllm_layout` for the per-HF-tensor noise streams mapped onto vLLM's
+fused/sharded parameters, and :mod:`zoopt.engines.vllm_worker` for the worker side: the fp32
+master, bit-exact restore, and the CPU GEMM fix.
 
 Contract (that of :class:`~zoopt.engines.base.RolloutEngine`, as ``HFEngine``):
 
