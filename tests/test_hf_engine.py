@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from zoopt import Gaussian
-from zoopt.engines.base import RolloutEngine, Sampling
+from zoopt.engines.base import Engine, Sampling
 from zoopt.engines.hf import HFEngine, _sample
 from zoopt.engines.module import ModuleEngine
 from zoopt.models import load_model
@@ -27,7 +27,7 @@ def tokens(result):
 
 
 def test_is_a_rollout_engine(engine):
-    assert isinstance(engine, RolloutEngine)
+    assert isinstance(engine, Engine)
 
 
 def test_greedy_batched_equals_one_at_a_time_and_hf_generate(engine):

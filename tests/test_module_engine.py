@@ -172,11 +172,11 @@ def test_noise_cache_changes_no_result_and_is_bounded():
         for seed in update.seeds:
             engine.perturb(Gaussian(), seed, 0.01)
             engine.restore()
-    assert a._noise_cache_used > 0 and len(a._noise_cache) == 3 * len(a.params)
+    assert a.weights.noise_cache_used > 0 and a.weights.noise_cache_entries == 3 * len(a.params)
     a.apply(Gaussian(), update)
     b.apply(Gaussian(), update)
     assert a.checksum() == b.checksum() and a.master_checksum() == b.master_checksum()
-    assert a._noise_cache_used == 0 and not a._noise_cache  # emptied by apply
+    assert a.weights.noise_cache_used == 0 and a.weights.noise_cache_entries == 0  # emptied by apply
     tight = ModuleEngine(small_net(), noise_cache_bytes=5000)
     tight.perturb(Gaussian(), 1, 0.01)
-    assert 0 < tight._noise_cache_used <= 5000
+    assert 0 < tight.weights.noise_cache_used <= 5000

@@ -15,7 +15,8 @@ def optimize(module: torch.nn.Module, fitness: Callable[[torch.nn.Module], float
              steps: int, engine: ModuleEngine | None = None, eval_center: bool = True) -> list[dict]:
     """Run ``steps`` ES steps on ``module`` in place, maximising ``fitness(module)``.
 
-    Each step: ask → for each member perturb, score, restore → tell → apply.  Returns one record
+    Each step: ask → ``engine.evaluate_population`` (each member perturbed, scored, restored)
+    → tell → apply.  Returns one record
     per step: ``step``, ``reward_mean``, ``reward_max``, ``update_norm`` (√Σc²) and, with
     ``eval_center``, ``fitness`` of the updated weights.
     """
@@ -23,13 +24,7 @@ def optimize(module: torch.nn.Module, fitness: Callable[[torch.nn.Module], float
     history: list[dict] = []
     for _ in range(steps):
         population = es.ask()
-        rewards = np.empty(len(population))
-        for i, member in enumerate(population.members):
-            engine.perturb(es.noise, member.seed, population.scale(i))
-            try:
-                rewards[i] = float(fitness(module))
-            finally:
-                engine.restore()
+        rewards = np.asarray(engine.evaluate_population(es.noise, population, lambda i: float(fitness(module))))
         update = es.tell(rewards)
         engine.apply(es.noise, update)
         record = {"step": population.step, "reward_mean": float(np.mean(rewards)),

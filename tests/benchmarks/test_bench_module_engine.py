@@ -46,7 +46,7 @@ def test_perturb(benchmark, engine):
 @pytest.mark.benchmark(group="module-engine-50M-bf16")
 def test_restore(benchmark, engine):
     def cycle():
-        engine._dirty.update(engine.params)  # restore all tensors, as after a full perturb
+        engine.weights.dirty.update(engine.params)  # restore all tensors, as after a full perturb
         engine.restore()
 
     benchmark(cycle)

@@ -1,8 +1,11 @@
-"""Engines own the weights (and, for LLM engines, the rollouts)."""
+"""Engines own the weights (and, for LLM engines, the rollouts); see :mod:`zoopt.engines.base`."""
 
+from .base import Completion, Engine, GenerationStats, Sampling, WeightsEngine
 from .module import ModuleEngine
+from .weights import MasterWeights
 
-__all__ = ["ModuleEngine", "HFEngine"]
+__all__ = ["Engine", "WeightsEngine", "ModuleEngine", "MasterWeights", "HFEngine", "Sampling", "Completion",
+           "GenerationStats"]
 
 
 def __getattr__(name: str):

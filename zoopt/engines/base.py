@@ -1,21 +1,43 @@
-"""The rollout side of the engine contract: sampling parameters, completions, the protocol.
+"""The engine contract: :class:`WeightsEngine` (perturb, restore, apply) and :class:`Engine` (+ rollouts).
 
-An LLM engine is a :class:`~zoopt.engines.module.ModuleEngine`-like weights owner (perturb,
-restore, apply, checksum, export) that can also ``generate``.  The HF engine, the vLLM engine
-and a Ray cluster of either all satisfy :class:`RolloutEngine`.
+Every engine is a subclass, in the style of Optuna's ``BaseSampler``: a small abstract core
+that each engine must write, and every other method that callers use declared here with a
+documented default, so that callers never probe an engine with ``getattr``/``hasattr``.
+
+**Abstract core** (:class:`WeightsEngine`): ``perturb``, ``restore``, ``apply``, ``checksum``;
+(:class:`Engine`) also ``generate``.
+
+**The population call** — the one seam through which every workflow evaluates an ES
+population (the trainer, ``optimize``, schedules, ``compare``, sweeps):
+
+- :meth:`WeightsEngine.evaluate_population` ``(noise, population, evaluate)``: the value of
+  ``evaluate(i)`` with the weights at member ``i``, ``θ + population.scale(i)·ε(seed_i)``;
+- :meth:`Engine.generate_population` ``(noise, population, prompts, sampling, on_member)``:
+  the completions of the same prompts under every member (``result[i][p][j]``).
+
+Their defaults are the sequential loop ``perturb → evaluate/generate → restore`` with
+``restore`` in a ``finally``; an engine that can do better (one batched forward for all
+members, N LoRA adapters in one vLLM call, K Ray replicas) overrides them and must give the
+same results — ``tests/engine_conformance.py`` checks exactly that, for every engine.
 """
 
 from __future__ import annotations
 
+import abc
+import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, Union, runtime_checkable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union
+
+import torch
 
 from ..noise import Noise
-from ..types import Update
+from ..types import Population, Update
 
 # A prompt is plain text (wrapped as one user message when the model has a chat template) or a
 # conversation: a list of {"role": ..., "content": ...} messages.
 Prompt = Union[str, list]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,23 +83,189 @@ class Completion:
     meta: dict = field(default_factory=dict)
 
 
-@runtime_checkable
-class RolloutEngine(Protocol):
+@dataclass
+class GenerationStats:
+    """Running counters over every ``generate`` call of one engine (reset with :meth:`reset`):
+    calls, sequences (= completions returned), generated tokens, seconds inside ``generate``."""
+
+    calls: int = 0
+    sequences: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def reset(self) -> None:
+        self.calls = self.sequences = self.generated_tokens = 0
+        self.seconds = 0.0
+
+    def record(self, results: Sequence[Sequence[Completion]], started: float) -> None:
+        """Count one ``generate`` call that returned ``results`` and began at ``started``
+        (a ``time.perf_counter()`` value)."""
+        self.calls += 1
+        self.sequences += sum(len(r) for r in results)
+        self.generated_tokens += sum(len(c.token_ids) for r in results for c in r)
+        self.seconds += time.perf_counter() - started
+
+
+class WeightsEngine(abc.ABC):
+    """Owns weights and moves them by seeded noise: the weights half of the engine contract.
+
+    Subclasses write the four abstract methods; the rest have the defaults documented on
+    each.  An engine is a context manager that :meth:`close` s itself.
+    """
+
+    # -- abstract core ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def perturb(self, noise: Noise, seed: int, scale: float) -> None:
+        """Working weights ← cast(M + scale·ε(seed, name)) for the names ``noise`` selects,
+        from the fp32 master M (perturbing twice does not stack).  A non-finite scale is a
+        ``ValueError`` and changes nothing."""
+
+    @abc.abstractmethod
+    def restore(self) -> None:
+        """Working weights ← cast(M), bit for bit (never by subtracting the noise again)."""
+
+    @abc.abstractmethod
+    def apply(self, noise: Noise, update: Update) -> None:
+        """M ← M + Σᵢ cᵢ·ε(seedᵢ) accumulated in fp32, then working weights ← cast(M).
+        Non-finite coefficients are a ``ValueError`` raised before anything is written."""
+
+    @abc.abstractmethod
+    def checksum(self) -> str:
+        """A digest of the working weights (names, dtypes, shapes, bytes); engines holding
+        the same weights under the same names give the same digest."""
+
+    # -- declared, with defaults ---------------------------------------------------------------
+    def master_checksum(self) -> str:
+        """The digest of the fp32 master.  Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its master copy")
+
+    def num_parameters(self, noise: Noise | None = None) -> int:
+        """How many weights ``noise`` moves (all weights for ``None``).  Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} does not count its parameters")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The fp32 master as whole tensors by (HF) parameter name, in parameter order — the
+        names the noise is keyed by.  Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its master copy")
+
+    def evaluate_population(self, noise: Noise, population: Population,
+                            evaluate: Callable[[int], T]) -> list[T]:
+        """``[evaluate(i) at θ + population.scale(i)·ε(seed_i) for each member i]``, in order.
+
+        Default: for each member, ``perturb`` → ``evaluate(i)`` → ``restore``, with
+        ``restore`` in a ``finally``: the weights are the master's when this returns *and*
+        when ``evaluate`` raises (the exception propagates).  ``evaluate`` may read the
+        perturbed model (``module`` of an in-process engine); it must not change weights.
+        """
+        results: list[T] = []
+        for i, member in enumerate(population.members):
+            self.perturb(noise, member.seed, population.scale(i))
+            try:
+                results.append(evaluate(i))
+            finally:
+                self.restore()
+        return results
+
+    def close(self) -> None:
+        """Release what the engine holds outside Python memory (processes, devices, actors).
+        Default: nothing to release.  The engine is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Engine(WeightsEngine):
+    """An LLM engine: weights (:class:`WeightsEngine`) plus rollouts on a tokenizer.
+
+    Attributes every engine has (class-level defaults):
+
+    - ``system_prompt``: prepended as a system message to conversations without one (None).
+    - ``module``: the ``torch.nn.Module`` that generates, when it lives in this process and
+      can be trained in place (``HFEngine``); None otherwise (vLLM's weights live in workers).
+    - ``model_dir``: an HF directory of the engine's architecture, for building a separate
+      trainable policy when ``module`` is None; None when there is none.
+    - ``stats``: :class:`GenerationStats` over every ``generate`` call (set per instance).
+    """
+
+    system_prompt: str | None = None
+    module: torch.nn.Module | None = None
+    model_dir: Path | None = None
+    stats: GenerationStats
+
+    def __init__(self) -> None:
+        self.stats = GenerationStats()
+
+    # -- abstract core ------------------------------------------------------------------------
+    @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
-        """``n`` completions for each prompt, in prompt order: ``result[i][j]``."""
+        """``sampling.n`` completions for each prompt, in prompt order: ``result[p][j]``;
+        counted in :attr:`stats`.  A single prompt (not a sequence) is a ``TypeError``."""
 
-    def perturb(self, noise: Noise, seed: int, scale: float) -> None: ...
+    # -- the population call --------------------------------------------------------------------
+    def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
+                            sampling: Sampling,
+                            on_member: Callable[[int, list[list[Completion]]], Any] | None = None,
+                            ) -> list[list[list[Completion]]]:
+        """Completions of ``prompts`` under every member: ``result[i][p][j]``.
 
-    def restore(self) -> None: ...
+        Member ``i``'s weights are ``θ + population.scale(i)·ε(seed_i)``.  Every member gets
+        the same prompts and the same ``sampling`` (its seed included: common random numbers),
+        so ``result[i]`` equals ``generate(prompts, sampling)`` after
+        ``perturb(noise, seed_i, scale_i)`` — what an override must also return.
+        ``on_member(i, result[i])`` is called once per member, in member order, as soon as its
+        completions exist (a batched override calls it after the batch); it may score them.
+        The weights are the master's on return and when anything raises.
 
-    def apply(self, noise: Noise, update: Update) -> None: ...
+        Default: :meth:`evaluate_population` with ``generate`` (sequential, one member at a time).
+        """
+        def member(i: int) -> list[list[Completion]]:
+            completions = self.generate(prompts, sampling)
+            if on_member is not None:
+                on_member(i, completions)
+            return completions
 
-    def checksum(self) -> str: ...
+        return self.evaluate_population(noise, population, member)
+
+    # -- declared, with defaults ---------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        """The token ids ``generate`` feeds the model for ``prompt`` (chat template applied).
+        Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its prompt encoding")
+
+    @property
+    def pad_id(self) -> int:
+        """The padding token id (GRPO pads batches with it).  Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} does not say which token pads")
+
+    @property
+    def device(self) -> torch.device:
+        """Where a policy trained beside this engine should live.  Default: the CPU."""
+        return torch.device("cpu")
+
+    def sync_master(self) -> None:
+        """Take the in-process ``module``'s current weights as the new master (after a gradient
+        optimizer changed them in place).  Default: not available (no in-process module)."""
+        raise NotImplementedError(f"{type(self).__name__} has no in-process module to sync from")
+
+    def load_weights(self, named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> Any:
+        """Set the weights (HF names) and take them as the new master.  Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load weights")
+
+    def export_pretrained(self, directory: str | Path) -> Path:
+        """Write an HF directory of the fp32 master, atomically; return its absolute path.
+        Default: not available."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export an HF directory")
 
 
-def close_engine(engine) -> None:
-    """Release what an engine holds outside this process (``VLLMEngine`` shuts its worker
-    processes down); a no-op for engines without ``close`` (``HFEngine``: memory only)."""
-    close = getattr(engine, "close", None)
-    if callable(close):
-        close()
+__all__ = ["WeightsEngine", "Engine", "Sampling", "Completion", "GenerationStats", "Prompt"]
+
+
+def close_engine(engine: WeightsEngine) -> None:  # TEMPORARY: callers are moving to engine.close()
+    engine.close()

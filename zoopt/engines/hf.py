@@ -23,7 +23,6 @@ a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -32,30 +31,14 @@ import torch
 
 from ..atomic import atomic_directory
 from ..models import load_model
-from .base import Completion, Prompt, Sampling
+from .base import Completion, Engine, Prompt, Sampling
 from .module import ModuleEngine
+from .prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
 
 
-@dataclass
-class GenerationStats:
-    """Running counters over every ``generate`` call (reset with :meth:`reset`)."""
-
-    calls: int = 0
-    sequences: int = 0
-    generated_tokens: int = 0
-    seconds: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
-
-    def reset(self) -> None:
-        self.calls = self.sequences = self.generated_tokens = 0
-        self.seconds = 0.0
-
-
-class HFEngine(ModuleEngine):
-    """A transformers causal LM as a :class:`~zoopt.engines.base.RolloutEngine`.
+class HFEngine(ModuleEngine, Engine):
+    """A transformers causal LM as an :class:`~zoopt.engines.base.Engine` (weights through
+    :class:`~zoopt.engines.module.ModuleEngine`, rollouts by the decoding loop above).
 
     ``system_prompt`` (optional) is prepended as a system message to every conversation
     that has none; it needs a tokenizer with a chat template.
@@ -63,19 +46,16 @@ class HFEngine(ModuleEngine):
 
     def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
                  system_prompt: str | None = None, noise_cache_bytes: int = 0) -> None:
-        super().__init__(model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
+        ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
+        Engine.__init__(self)
         if batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size!r}")
-        if system_prompt is not None and not tokenizer.chat_template:
-            raise ValueError("system_prompt needs a tokenizer with a chat template")
+        check_system_prompt(tokenizer, system_prompt)
         self.tokenizer = tokenizer
         self.batch_size = int(batch_size)
         self.system_prompt = system_prompt
-        self.stats = GenerationStats()
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.pad_id = int(tokenizer.pad_token_id)
-        self.stop_ids = _stop_ids(model, tokenizer)
+        self._pad_id = ensure_pad_token(tokenizer)
+        self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self._cache_arg = _cache_argument(model)
 
     @classmethod
@@ -88,22 +68,14 @@ class HFEngine(ModuleEngine):
     def device(self) -> torch.device:
         return next(self.module.parameters()).device
 
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
     # -- prompts ---------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt: chat-templated (with generation prompt) when possible."""
-        tok = self.tokenizer
-        if isinstance(prompt, str) and not tok.chat_template:
-            ids = tok(prompt, add_special_tokens=True)["input_ids"]
-            if not ids and tok.bos_token_id is None:
-                raise ValueError("an empty prompt needs a tokenizer with a BOS token")
-            return ids or [tok.bos_token_id]
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        if not tok.chat_template:
-            raise ValueError("a prompt given as chat messages needs a tokenizer with a chat template")
-        if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self.tokenizer, prompt, self.system_prompt)
 
     # -- generation ------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
@@ -121,17 +93,14 @@ class HFEngine(ModuleEngine):
                 chunk = rows[start : start + self.batch_size]
                 for (i, j), c in zip(chunk, self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling)):
                     results[i][j] = c
-        self.stats.calls += 1
-        self.stats.sequences += len(rows)
-        self.stats.generated_tokens += sum(len(c.token_ids) for r in results for c in r)
-        self.stats.seconds += time.perf_counter() - t0
+        self.stats.record(results, t0)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
     def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]],
                         sampling: Sampling) -> list[Completion]:
         device, B, T = self.device, len(prompts), sampling.max_new_tokens
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((B, width), self.pad_id, dtype=torch.long)
+        input_ids = torch.full((B, width), self._pad_id, dtype=torch.long)
         mask = torch.zeros((B, width), dtype=torch.long)
         for b, p in enumerate(prompts):
             if p:
@@ -157,7 +126,7 @@ class HFEngine(ModuleEngine):
                 logq = torch.log_softmax(logits / (sampling.temperature or 1.0), dim=-1)
                 logps.append(logq.gather(-1, token[:, None])[:, 0])
                 ents.append((logq.exp() * logq).sum(-1).neg_().clamp_(min=0.0))
-            token = token.masked_fill(done, self.pad_id)
+            token = token.masked_fill(done, self._pad_id)
             tokens.append(token)
             done |= torch.isin(token, stop)
             if bool(done.all()):
@@ -199,14 +168,6 @@ class HFEngine(ModuleEngine):
             self.tokenizer.save_pretrained(str(tmp))
         directory = Path(directory).absolute()
         return directory
-
-
-def _stop_ids(model, tokenizer) -> set[int]:
-    """EOS (tokenizer's and generation config's) and pad token ids."""
-    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
-    return {int(i) for i in ids if i is not None}
 
 
 def _cache_argument(model) -> str:

@@ -9,7 +9,7 @@ tensor-parallel rank) regenerates the same noise from the seed.  See
 fused/sharded parameters, and :mod:`zoopt.engines.vllm_worker` for the worker side: the fp32
 master, bit-exact restore, and the CPU GEMM fix.
 
-Contract (that of :class:`~zoopt.engines.base.RolloutEngine`, as ``HFEngine``):
+Contract (that of :class:`~zoopt.engines.base.Engine`, as ``HFEngine``):
 
 - ``perturb``/``restore``/``apply``/``checksum`` give bit for bit the weights and digests that
   ``HFEngine`` gives on the same device type and dtype (noise is drawn per HF parameter name on
@@ -52,8 +52,9 @@ from ..atomic import atomic_directory
 from ..models import cache_dir, resolve_dtype
 from ..noise import Noise
 from ..types import Update
-from .base import Completion, Prompt, Sampling
-from .module import _check_finite, _digest
+from .base import Completion, Engine, Prompt, Sampling
+from .prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
+from .weights import check_finite, digest
 from .vllm_setup import check_cpu_head_dim, configure_environment, resolve_model_dir
 
 WORKER_EXTENSION = "zoopt.engines.vllm_worker.ZooptWorkerExtension"
@@ -65,8 +66,8 @@ def _prompt_seed(seed: int, index: int) -> int:
 
 
 # -- the engine ---------------------------------------------------------------------------------
-class VLLMEngine:
-    """vLLM as a :class:`~zoopt.engines.base.RolloutEngine` (see the module docstring).
+class VLLMEngine(Engine):
+    """vLLM as an :class:`~zoopt.engines.base.Engine` (see the module docstring).
 
     Build it with :meth:`from_pretrained`; ``__init__`` takes an ``LLM`` that was created with
     ``worker_extension_cls=WORKER_EXTENSION`` and runs the workers' set-up (layout probe and
@@ -78,27 +79,22 @@ class VLLMEngine:
                  device: str = "cpu") -> None:
         from transformers import AutoConfig, GenerationConfig
 
-        from .hf import GenerationStats, _stop_ids
-
-        if system_prompt is not None and not tokenizer.chat_template:
-            raise ValueError("system_prompt needs a tokenizer with a chat template")
+        super().__init__()
+        check_system_prompt(tokenizer, system_prompt)
+        if noise_cache_bytes < 0:
+            raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
         self.llm = llm
-        self.device = torch.device(device)  # where the driver puts tensors (a GRPO policy); not the weights
+        self._device = torch.device(device)  # where the driver puts tensors (a GRPO policy); not the weights
         self.tokenizer = tokenizer
         self.model_dir = Path(model_dir)
         self.system_prompt = system_prompt
         self.prefix_caching = bool(prefix_caching)
-        self.stats = GenerationStats()
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        self._pad_id = ensure_pad_token(tokenizer)
         try:
             gen = GenerationConfig.from_pretrained(str(self.model_dir))
         except OSError:
             gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(self.model_dir)))
-        self.stop_ids = _stop_ids(SimpleNamespace(generation_config=gen), tokenizer)
-        if noise_cache_bytes < 0:
-            raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
-        self.pad_id = int(tokenizer.pad_token_id)
+        self.stop_ids = stop_token_ids(tokenizer, gen)
         info = self._rpc("zoopt_setup", master_device, int(noise_cache_bytes))
         self.shapes: dict[str, tuple[int, ...]] = {n: tuple(s) for n, s in zip(info[0]["names"], info[0]["shapes"])}
         self.dtype = info[0]["dtype"]
@@ -151,23 +147,25 @@ class VLLMEngine:
         if self.prefix_caching:
             self.llm.reset_prefix_cache()
 
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
     def close(self) -> None:
-        """Shut vLLM's engine processes down (the engine is unusable afterwards)."""
-        llm, self.llm = getattr(self, "llm", None), None
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
-
-    def __enter__(self) -> "VLLMEngine":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        """Shut vLLM's engine processes down (the engine is unusable afterwards; closing twice
+        is a no-op)."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
 
     # -- weights ---------------------------------------------------------------------------------
     def perturb(self, noise: Noise, seed: int, scale: float) -> None:
         """Working weights ← cast(M + scale·ε(seed, hf_name)) for the selected HF names."""
-        _check_finite("scale", scale)
+        check_finite("scale", scale)
         self._rpc("zoopt_perturb", noise.to_dict(), int(seed), float(scale))
         self._weights_changed()
 
@@ -179,7 +177,7 @@ class VLLMEngine:
     def apply(self, noise: Noise, update: Update) -> None:
         """M ← M + Σᵢ cᵢ·ε(seedᵢ) in fp32, then W ← cast(M) (non-finite coefficients refused)."""
         for c in update.coefficients:
-            _check_finite("update coefficient", c)
+            check_finite("update coefficient", c)
         self._rpc("zoopt_apply", noise.to_dict(), [int(s) for s in update.seeds],
                   [float(c) for c in update.coefficients])
         self._weights_changed()
@@ -216,7 +214,7 @@ class VLLMEngine:
     def _digest(self, master: bool) -> str:
         if self._whole:
             return self._rpc("zoopt_checksum", master)[0]
-        return _digest(self._gather(master).items())
+        return digest(self._gather(master).items())
 
     def _gather(self, master: bool) -> dict[str, torch.Tensor]:
         """Whole HF tensors assembled from every rank's pieces (through files)."""
@@ -248,9 +246,7 @@ class VLLMEngine:
     # -- rollouts --------------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt, exactly as ``HFEngine.encode`` makes them (same code)."""
-        from .hf import HFEngine
-
-        return HFEngine.encode(self, prompt)  # uses only .tokenizer and .system_prompt
+        return encode_prompt(self.tokenizer, prompt, self.system_prompt)
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
         """``sampling.n`` completions per prompt, ``result[i][j]`` (see the module docstring)."""
@@ -276,10 +272,7 @@ class VLLMEngine:
             samples = [self._completion(o, sampling.logprobs) for o in sorted(out.outputs, key=lambda o: o.index)]
             results.append(samples if len(samples) == sampling.n else
                            [samples[0]] + [_copy(samples[0]) for _ in range(sampling.n - 1)])
-        self.stats.calls += 1
-        self.stats.sequences += len(encoded) * sampling.n
-        self.stats.generated_tokens += sum(len(c.token_ids) for r in results for c in r)
-        self.stats.seconds += time.perf_counter() - t0
+        self.stats.record(results, t0)
         return results
 
     def _completion(self, out, want_logprobs: bool) -> Completion:

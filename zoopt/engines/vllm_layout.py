@@ -15,26 +15,9 @@ exactly the slice it owns, because the very loader that sharded the checkpoint d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass(frozen=True)
-class Piece:
-    """``vllm_param[param_box]`` holds ``hf_tensor[hf_box]`` (boxes: tuples of (start, stop))."""
-
-    param: str
-    param_box: tuple[tuple[int, int], ...]
-    hf_box: tuple[tuple[int, int], ...]
-
-    @property
-    def pslice(self) -> tuple[slice, ...]:
-        return tuple(slice(a, b) for a, b in self.param_box)
-
-    @property
-    def hslice(self) -> tuple[slice, ...]:
-        return tuple(slice(a, b) for a, b in self.hf_box)
+from .weights import Piece, shape_numel
 
 
 def hf_parameter_shapes(model_dir: str, trust_remote_code: bool = False) -> dict[str, tuple[int, ...]]:
@@ -142,18 +125,4 @@ def _piece(pname: str, scratch: torch.Tensor, index: torch.Tensor) -> Piece | No
     return Piece(pname, tuple(box), hf_box)
 
 
-def box_volume(box) -> int:
-    v = 1
-    for a, b in box:
-        v *= b - a
-    return v
-
-
-def shape_numel(shape) -> int:
-    v = 1
-    for s in shape:
-        v *= int(s)
-    return v
-
-
-__all__ = ["Piece", "probe_layout", "hf_parameter_shapes", "box_volume", "shape_numel"]
+__all__ = ["probe_layout", "hf_parameter_shapes"]

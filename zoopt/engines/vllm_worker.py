@@ -17,10 +17,11 @@ is why it happens at import time.
 boxes of this rank's vLLM parameters that hold its elements, so each piece takes its box of
 the HF tensor's noise (fused parts in vLLM's order, a TP rank exactly its slice).
 
-**Master and writes.**  Each covered vLLM parameter has an fp32 master ``M`` (on the
-parameter's device, or on the host with ``master_device="cpu"``); working weights are only ever
-set from it, in place (``copy_``), so restore is bit-exact and every address vLLM holds (CUDA
-graphs) stays valid:
+**Master and writes** are :class:`~zoopt.engines.weights.MasterWeights` — the same weights core
+as ``ModuleEngine``'s, over pieces.  Each covered vLLM parameter has an fp32 master ``M`` (on
+the parameter's device, or on the host with ``master_device="cpu"``); working weights are only
+ever set from it, in place (``copy_``), so restore is bit-exact and every address vLLM holds
+(CUDA graphs) stays valid:
 
 - perturb:  ``W[p] ← cast(M[p] + scale·ε[h])``  for every piece ``(p, h)`` of a selected name;
 - restore:  ``W ← cast(M)``;
@@ -29,7 +30,7 @@ graphs) stays valid:
   weights are bit-identical to the HF engine's.
 
 ``zoopt_checksum`` digests the working weights *split back to HF names*, in HF parameter order,
-with :func:`zoopt.engines.module._digest`, so it equals ``HFEngine.checksum()`` for the same
+with :func:`zoopt.engines.weights.digest`, so it equals ``HFEngine.checksum()`` for the same
 weights.
 """
 
@@ -42,8 +43,8 @@ import torch
 
 from ..noise import noise_from_dict
 from ..types import Update
-from .module import _check_finite, _digest
-from .vllm_layout import shape_numel, box_volume, hf_parameter_shapes, probe_layout
+from .vllm_layout import hf_parameter_shapes, probe_layout
+from .weights import MasterWeights
 
 # -- the GEMM dispatcher -------------------------------------------------------------------------
 _ORIGINAL_DISPATCH = None
@@ -109,19 +110,12 @@ class ZooptWorkerExtension:
         rank = self._zoopt_rank()
         if missing and self.parallel_config.tensor_parallel_size == 1:
             raise RuntimeError(f"vLLM model has no place for HF parameters {missing[:5]}")
-        params = dict(model.named_parameters())
-        covered = sorted({p.param for pieces in layout.values() for p in pieces})
-        self._zoopt = {
-            "hf_shapes": hf_shapes, "layout": layout, "params": {n: params[n] for n in covered},
-            "master": {n: params[n].detach().to(device=master_device or params[n].device,
-                                                dtype=torch.float32, copy=True) for n in covered},
-            "dirty": set(), "cache": {}, "cache_used": 0, "cache_bytes": int(noise_cache_bytes),
-        }
-        whole = all(sum(box_volume(p.hf_box) for p in layout.get(n, [])) == shape_numel(s) for n, s in hf_shapes.items())
-        self._zoopt["whole"] = whole
-        dtypes = {str(params[n].dtype) for n in covered}
+        weights = MasterWeights(dict(model.named_parameters()), hf_shapes, layout, master_device=master_device,
+                                noise_cache_bytes=int(noise_cache_bytes))
+        self._zoopt_weights = weights
+        dtypes = {str(t.dtype) for t in weights.params.values()}
         return {"names": list(hf_shapes), "shapes": [list(s) for s in hf_shapes.values()],
-                "dtype": dtypes.pop() if len(dtypes) == 1 else sorted(dtypes), "rank": rank, "whole": whole}
+                "dtype": dtypes.pop() if len(dtypes) == 1 else sorted(dtypes), "rank": rank, "whole": weights.whole}
 
     def _zoopt_model(self) -> torch.nn.Module:
         return self.model_runner.model
@@ -131,76 +125,19 @@ class ZooptWorkerExtension:
 
         return int(get_tensor_model_parallel_rank())
 
-    # -- perturb / restore / apply --------------------------------------------------------------
-    @torch.no_grad()
+    # -- perturb / restore / apply (the shared weights core) -------------------------------
     def zoopt_perturb(self, noise_config: dict, seed: int, scale: float) -> None:
         """Set the selected weights to ``cast(M + scale·ε(seed, hf_name))`` (from the master)."""
-        _check_finite("scale", scale)
-        noise, z = noise_from_dict(noise_config), self._zoopt
-        self.zoopt_restore()
-        for name in self._zoopt_selected(noise):
-            pieces = z["layout"].get(name, [])
-            if not pieces:
-                continue
-            eps = self._zoopt_noise(noise, int(seed), name, keep=True)
-            for piece in pieces:
-                m = z["master"][piece.param][piece.pslice]
-                z["params"][piece.param][piece.pslice].copy_(eps[piece.hslice].mul(float(scale)).add_(m))
-                z["dirty"].add(piece.param)
+        self._zoopt_weights.perturb(noise_from_dict(noise_config), int(seed), float(scale))
 
-    @torch.no_grad()
     def zoopt_restore(self) -> None:
         """``W ← cast(M)`` for every perturbed parameter, bit for bit."""
-        z = self._zoopt
-        for pname in z["dirty"]:
-            z["params"][pname].copy_(z["master"][pname])
-        z["dirty"].clear()
+        self._zoopt_weights.restore()
 
-    @torch.no_grad()
     def zoopt_apply(self, noise_config: dict, seeds: list, coefficients: list) -> None:
         """``M ← M + Σᵢ cᵢ·ε(seedᵢ)`` (fp32, per whole HF tensor), then ``W ← cast(M)``."""
         update = Update(tuple(int(s) for s in seeds), tuple(float(c) for c in coefficients))
-        for c in update.coefficients:
-            _check_finite("update coefficient", c)
-        noise, z = noise_from_dict(noise_config), self._zoopt
-        self.zoopt_restore()
-        if update.is_zero():
-            return
-        touched = set()
-        for name in self._zoopt_selected(noise):
-            pieces = z["layout"].get(name, [])
-            if not pieces:
-                continue
-            acc = torch.zeros(z["hf_shapes"][name], dtype=torch.float32, device=z["master"][pieces[0].param].device)
-            for seed, c in zip(update.seeds, update.coefficients):
-                if c != 0.0:
-                    acc.add_(self._zoopt_noise(noise, seed, name), alpha=float(c))
-            for piece in pieces:
-                z["master"][piece.param][piece.pslice].add_(acc[piece.hslice])
-                touched.add(piece.param)
-        for pname in touched:
-            z["params"][pname].copy_(z["master"][pname])
-        z["cache"].clear()
-        z["cache_used"] = 0
-
-    def _zoopt_noise(self, noise, seed: int, name: str, keep: bool = False) -> torch.Tensor:
-        """``ε(seed, name)`` (whole HF shape, on the master's device), from the cache or drawn."""
-        z = self._zoopt
-        eps = z["cache"].get((noise, seed, name))
-        if eps is None:
-            device = z["master"][z["layout"][name][0].param].device
-            eps = noise.sample(seed, name, z["hf_shapes"][name], device=device)
-            nbytes = eps.numel() * eps.element_size()
-            if keep and z["cache_used"] + nbytes <= z["cache_bytes"]:
-                z["cache"][(noise, seed, name)] = eps
-                z["cache_used"] += nbytes
-        return eps
-
-    def _zoopt_selected(self, noise) -> list[str]:
-        names = noise.select(self._zoopt["hf_shapes"])
-        if not names:
-            raise ValueError(f"noise include={list(noise.include)} exclude={list(noise.exclude)} selects no parameter")
-        return names
+        self._zoopt_weights.apply(noise_from_dict(noise_config), update)
 
     # -- GRPO weight sync -----------------------------------------------------------------------
     @torch.no_grad()
@@ -211,35 +148,24 @@ class ZooptWorkerExtension:
         Returns the vLLM parameter names that were written."""
         from safetensors import safe_open
 
-        z = self._zoopt
-        self.zoopt_restore()
+        w = self._zoopt_weights
+        w.restore()
         with safe_open(path, framework="pt") as fh:
             weights = [(k, fh.get_tensor(k)) for k in fh.keys()]
-        unknown = [k for k, _ in weights if k not in z["hf_shapes"]]
+        unknown = [k for k, _ in weights if k not in w.shapes]
         if unknown:
             raise KeyError(f"not parameters of this model (HF names): {unknown[:5]}")
         self._zoopt_model().load_weights(weights)
-        for pname, m in z["master"].items():
-            m.copy_(z["params"][pname])
-        return sorted({p.param for k, _ in weights for p in z["layout"].get(k, [])})
+        w.take_working()
+        return sorted({p.param for k, _ in weights for p in w.layout[k]})
 
     # -- reading the weights back in HF names -------------------------------------------------
     def zoopt_checksum(self, master: bool = False) -> str | None:
-        """``_digest`` over the HF-named tensors (working weights, or the fp32 master), in HF
+        """The digest of the HF-named tensors (working weights, or the fp32 master), in HF
         order — equal to ``HFEngine.checksum()``/``master_checksum()`` for the same weights.
         None when this rank does not hold every tensor whole (TP > 1: use pieces)."""
-        if not self._zoopt["whole"]:
-            return None
-        return _digest((name, self._zoopt_tensor(name, master)) for name in self._zoopt["hf_shapes"])
-
-    def _zoopt_tensor(self, name: str, master: bool) -> torch.Tensor:
-        z = self._zoopt
-        pieces = z["layout"][name]
-        source = z["master"] if master else z["params"]
-        out = torch.empty(z["hf_shapes"][name], dtype=source[pieces[0].param].dtype, device="cpu")
-        for piece in pieces:
-            out[piece.hslice] = source[piece.param][piece.pslice].cpu()
-        return out
+        w = self._zoopt_weights
+        return w.checksum(master) if w.whole else None
 
     def zoopt_write_pieces(self, directory: str, master: bool = True) -> str:
         """Write this rank's pieces of every HF tensor to ``directory/rank{r}.safetensors``.
@@ -250,10 +176,10 @@ class ZooptWorkerExtension:
         """
         from safetensors.torch import save_file
 
-        z = self._zoopt
-        source = z["master"] if master else z["params"]
+        w = self._zoopt_weights
+        source = w.master if master else w.params
         tensors, boxes = {}, {}
-        for name, pieces in z["layout"].items():
+        for name, pieces in w.layout.items():
             for i, piece in enumerate(pieces):
                 key = f"{name}#{i}"
                 tensors[key] = source[piece.param][piece.pslice].detach().contiguous().cpu()

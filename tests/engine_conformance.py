@@ -1,0 +1,236 @@
+"""The engine conformance suite: what every :class:`zoopt.engines.WeightsEngine` / ``Engine`` must do.
+
+In the style of optax's shared optimizer tests, every engine runs the same checks.  A new
+engine passes them by adding one class to a test module::
+
+    class TestMyEngine(EngineConformance):          # or LLMEngineConformance
+        make_engine = staticmethod(lambda: MyEngine(...))
+
+``make_engine()`` may return the same engine every time (a vLLM engine is expensive to start):
+each check measures what it needs before and after, and leaves the weights as it found them,
+except ``apply``, which moves them.  The checks are plain functions too (``check_*``), so a
+test can show that a broken engine fails them.
+
+The checks:
+
+- **restore is bit-exact** after many perturb/restore cycles (working weights and master),
+  and a perturbation does change the weights (so the check can fail);
+- **apply equals the float64 dense sum** M + Σᵢ cᵢ·ε(seedᵢ, name), to fp32 accumulation
+  precision, and leaves working weights = cast(master) (restore changes nothing afterwards);
+- **the checksum is stable**: repeated calls agree, and perturb → restore returns to it;
+- **the population call equals the sequential loop** (perturb → evaluate/generate → restore),
+  member for member;
+- **a failure inside a member leaves the weights restored**, and the error propagates;
+- **non-finite coefficients and scales are refused** with the weights untouched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from zoopt.engines import Engine, Sampling, WeightsEngine
+from zoopt.noise import Gaussian, Noise
+from zoopt.types import Member, Population, Update
+
+NOISE = Gaussian()
+POPULATION = Population(step=0, sigma=0.05, members=(Member(11), Member(11, -1), Member(12), Member(13)))
+GREEDY = Sampling(temperature=0.0, max_new_tokens=6)
+PROMPTS = ["1 + 2 =", "hello world", "The cat sat on"]
+
+
+class MemberFailed(RuntimeError):
+    pass
+
+
+# -- the checks ---------------------------------------------------------------------------------
+def check_restore_is_bit_exact(engine: WeightsEngine, noise: Noise = NOISE, cycles: int = 200,
+                               scale: float = 1e-3) -> None:
+    start, master = engine.checksum(), engine.master_checksum()
+    engine.perturb(noise, 1, scale)
+    assert engine.checksum() != start, "perturb changed no weight: the check below would prove nothing"
+    engine.restore()
+    for cycle in range(cycles):
+        engine.perturb(noise, cycle, scale if cycle % 2 else -scale)
+        engine.restore()
+    assert engine.checksum() == start, f"working weights differ after {cycles} perturb/restore cycles"
+    assert engine.master_checksum() == master, "perturb/restore changed the master"
+
+
+def check_apply_equals_float64_dense_sum(engine: WeightsEngine, noise: Noise = NOISE,
+                                         atol: float = 1e-6) -> None:
+    before = {n: t.detach().to("cpu", torch.float64, copy=True) for n, t in engine.state_dict().items()}
+    update = Update((3, 4, 5), (2e-3, -1e-3, 5e-4))
+    engine.apply(noise, update)
+    after = engine.state_dict()
+    assert list(after) == list(before)
+    moved = 0
+    for name, m0 in before.items():
+        expected = m0.clone()
+        if noise.selects(name):
+            for seed, c in zip(update.seeds, update.coefficients):
+                expected += c * noise.sample(seed, name, m0.shape).double()
+            moved += 1
+        got = after[name].detach().to("cpu", torch.float64)
+        assert after[name].dtype == torch.float32, f"{name}: master is {after[name].dtype}, not fp32"
+        err = (got - expected).abs().max().item() if got.numel() else 0.0
+        assert err <= atol, f"{name}: apply is {err:.3g} away from the float64 dense sum"
+    assert moved, "the noise selected no parameter"
+    working = engine.checksum()
+    engine.restore()
+    assert engine.checksum() == working, "apply left working weights that restore() changes"
+    engine.apply(noise, Update(update.seeds, tuple(-c for c in update.coefficients)))  # roughly back
+
+
+def check_checksum_is_stable(engine: WeightsEngine, noise: Noise = NOISE) -> None:
+    first = engine.checksum()
+    assert isinstance(first, str) and first
+    assert engine.checksum() == first
+    engine.restore()
+    assert engine.checksum() == first, "restore() without a perturbation changed the checksum"
+    engine.perturb(noise, 7, 0.05)
+    perturbed = engine.checksum()
+    engine.perturb(noise, 7, 0.05)
+    assert engine.checksum() == perturbed, "perturbing twice with the same seed stacked"
+    engine.restore()
+    assert perturbed != first and engine.checksum() == first
+
+
+def check_evaluate_population_equals_loop(engine: WeightsEngine, noise: Noise = NOISE,
+                                          population: Population = POPULATION) -> None:
+    start = engine.checksum()
+    loop = []
+    for i, member in enumerate(population.members):
+        engine.perturb(noise, member.seed, population.scale(i))
+        loop.append((i, engine.checksum()))
+        engine.restore()
+    got = engine.evaluate_population(noise, population, lambda i: (i, engine.checksum()))
+    assert got == loop, "evaluate_population saw other weights than the sequential loop"
+    assert len({c for _, c in got}) == len(population), "members did not differ"
+    assert engine.checksum() == start
+
+
+def check_evaluate_failure_restores(engine: WeightsEngine, noise: Noise = NOISE,
+                                    population: Population = POPULATION) -> None:
+    start, master = engine.checksum(), engine.master_checksum()
+
+    def evaluate(i):
+        if i == 1:
+            raise MemberFailed("member 1 failed")
+        return i
+
+    with pytest.raises(MemberFailed):
+        engine.evaluate_population(noise, population, evaluate)
+    assert engine.checksum() == start, "a failing member left the weights perturbed"
+    assert engine.master_checksum() == master
+
+
+def check_non_finite_refused(engine: WeightsEngine, noise: Noise = NOISE) -> None:
+    start, master = engine.checksum(), engine.master_checksum()
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError):
+            engine.apply(noise, Update((1, 2), (0.1, bad)))
+        with pytest.raises(ValueError):
+            engine.perturb(noise, 1, bad)
+    engine.restore()
+    assert engine.checksum() == start and engine.master_checksum() == master, "a refused write changed weights"
+
+
+def tokens(completions) -> list:
+    return [[c.token_ids for c in per_prompt] for per_prompt in completions]
+
+
+def check_generate_population_equals_loop(engine: Engine, noise: Noise = NOISE, population: Population = POPULATION,
+                                          prompts=PROMPTS, sampling: Sampling = GREEDY) -> None:
+    start = engine.checksum()
+    base = tokens(engine.generate(prompts, sampling))
+    loop = []
+    for i, member in enumerate(population.members):
+        engine.perturb(noise, member.seed, population.scale(i))
+        try:
+            loop.append(tokens(engine.generate(prompts, sampling)))
+        finally:
+            engine.restore()
+    seen = []
+    got = engine.generate_population(noise, population, prompts, sampling,
+                                     on_member=lambda i, completions: seen.append((i, tokens(completions))))
+    assert [tokens(member) for member in got] == loop, "generate_population differs from the sequential loop"
+    assert seen == list(enumerate(loop)), "on_member was not called once per member, in order, with its completions"
+    assert any(member != base for member in loop), "no member changed any output: σ is too small to check"
+    assert engine.checksum() == start
+
+
+def check_generate_population_failure_restores(engine: Engine, noise: Noise = NOISE,
+                                               population: Population = POPULATION) -> None:
+    start = engine.checksum()
+
+    def on_member(i, completions):
+        if i == 2:
+            raise MemberFailed("scoring member 2 failed")
+
+    with pytest.raises(MemberFailed):
+        engine.generate_population(noise, population, PROMPTS, GREEDY, on_member=on_member)
+    assert engine.checksum() == start, "a failing member left the weights perturbed"
+
+
+def check_stats_count_population_completions(engine: Engine, noise: Noise = NOISE,
+                                             population: Population = POPULATION) -> None:
+    before = engine.stats.sequences
+    sampling = Sampling(temperature=1.0, max_new_tokens=3, n=2, seed=5)
+    engine.generate_population(noise, population, PROMPTS, sampling)
+    assert engine.stats.sequences - before == len(population) * len(PROMPTS) * sampling.n
+
+
+WEIGHT_CHECKS = (check_restore_is_bit_exact, check_apply_equals_float64_dense_sum, check_checksum_is_stable,
+                 check_evaluate_population_equals_loop, check_evaluate_failure_restores, check_non_finite_refused)
+LLM_CHECKS = (check_generate_population_equals_loop, check_generate_population_failure_restores,
+              check_stats_count_population_completions)
+
+
+# -- the suites ---------------------------------------------------------------------------------
+class EngineConformance:
+    """Mix into a test class and set ``make_engine`` (a no-argument callable)."""
+
+    make_engine = None
+
+    @pytest.fixture
+    def engine(self):
+        engine = type(self).make_engine()
+        assert isinstance(engine, WeightsEngine)
+        return engine
+
+    def test_restore_is_bit_exact(self, engine):
+        check_restore_is_bit_exact(engine)
+
+    def test_apply_equals_float64_dense_sum(self, engine):
+        check_apply_equals_float64_dense_sum(engine)
+
+    def test_checksum_is_stable(self, engine):
+        check_checksum_is_stable(engine)
+
+    def test_evaluate_population_equals_loop(self, engine):
+        check_evaluate_population_equals_loop(engine)
+
+    def test_failure_inside_a_member_restores(self, engine):
+        check_evaluate_failure_restores(engine)
+
+    def test_non_finite_refused(self, engine):
+        check_non_finite_refused(engine)
+
+
+class LLMEngineConformance(EngineConformance):
+    """:class:`EngineConformance` plus the rollout checks, for :class:`zoopt.engines.Engine` s."""
+
+    def test_is_an_engine(self, engine):
+        assert isinstance(engine, Engine)
+
+    def test_generate_population_equals_loop(self, engine):
+        check_generate_population_equals_loop(engine)
+
+    def test_generate_population_failure_restores(self, engine):
+        check_generate_population_failure_restores(engine)
+
+    def test_stats_count_population_completions(self, engine):
+        check_stats_count_population_completions(engine)

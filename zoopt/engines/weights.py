@@ -1,0 +1,258 @@
+"""The one weights core: an fp32 master copy, bit-exact restore, fp32 updates, a noise cache.
+
+Every engine that holds weights in this process (``ModuleEngine``/``HFEngine`` over a torch
+module, and each vLLM worker over vLLM's fused, sharded parameters) keeps them through
+:class:`MasterWeights`.  Weights are addressed by **logical names** — the Hugging Face
+parameter names, in ``named_parameters()`` order, with their full shapes — because that is
+what the noise stream is keyed by: ``ε(seed, name)`` is drawn for the whole logical tensor.
+Each logical name maps to :class:`Piece` s: a box of a *working* tensor (a parameter of the
+module that runs) that equals, element for element, a box of the logical tensor.  A plain
+torch module has one piece per name covering the whole parameter; a vLLM rank has fused parts
+(q, k, v in ``qkv_proj``) and tensor-parallel slices.
+
+With master ``M`` (fp32, one per working tensor) and working weights ``W``:
+
+- ``perturb(noise, seed, scale)``:  ``W[p] ← cast(M[p] + scale·ε(seed, h)[box])`` for every
+  piece ``p`` of every selected logical name ``h`` (from the master, never from ``W``);
+- ``restore()``:                     ``W ← cast(M)`` for every perturbed tensor — bit-exact, no
+  "subtract the noise again" (in bf16 that drifts);
+- ``apply(noise, update)``:          ``M[p] ← M[p] + (Σᵢ cᵢ·ε(seedᵢ, h))[box]``, accumulated in
+  fp32 over the whole logical tensor, then ``W ← cast(M)``.  Non-finite coefficients are
+  refused before anything is written.
+
+All writes are in place (``copy_``/``add_``): CUDA graphs, vLLM kernels and optimizers keep
+the addresses they hold.  ``noise_cache_bytes`` lets ``perturb`` keep the fp32 noise it drew
+for the next ``apply`` (the noise is a pure function of (noise, seed, name), so the cache
+changes no bit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+import torch
+
+from ..noise import Noise
+from ..types import Update
+
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``working[param][param_box]`` holds ``logical[name][hf_box]`` (boxes: (start, stop) per dim)."""
+
+    param: str
+    param_box: Box
+    hf_box: Box
+
+    @property
+    def pslice(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.param_box)
+
+    @property
+    def hslice(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.hf_box)
+
+
+def whole_box(shape: Iterable[int]) -> Box:
+    return tuple((0, int(n)) for n in shape)
+
+
+def shape_numel(shape: Iterable[int]) -> int:
+    return math.prod(int(n) for n in shape)
+
+
+def box_volume(box: Box) -> int:
+    return math.prod(b - a for a, b in box)
+
+
+def digest(items: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """blake2b (16 bytes, hex) over each ``(name, tensor)``'s name, dtype, shape and bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, t in items:
+        t = t.detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def check_finite(what: str, value: float) -> None:
+    """Raise a one-line ``ValueError`` naming ``what`` unless ``value`` is a finite number."""
+    try:
+        ok = math.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+
+
+class MasterWeights:
+    """fp32 master + working tensors + noise cache, addressed by logical names (module docstring).
+
+    Args:
+        params: working tensors by their own name (modified in place, never rebound).
+        shapes: logical name → full shape, in logical (HF ``named_parameters``) order.
+        layout: logical name → its pieces.  A logical name with no pieces (a tensor this vLLM
+            rank does not hold) is skipped by every operation.
+        master_device: where the fp32 master lives (default: each working tensor's device).
+        noise_cache_bytes: how many bytes of drawn noise ``perturb`` may keep for ``apply``.
+    """
+
+    def __init__(self, params: Mapping[str, torch.Tensor], shapes: Mapping[str, tuple[int, ...]],
+                 layout: Mapping[str, list[Piece]], master_device: str | torch.device | None = None,
+                 noise_cache_bytes: int = 0) -> None:
+        if noise_cache_bytes < 0:
+            raise ValueError(f"noise_cache_bytes must be ≥ 0, got {noise_cache_bytes!r}")
+        covered = {p.param for pieces in layout.values() for p in pieces}
+        self.params: dict[str, torch.Tensor] = {n: t for n, t in params.items() if n in covered}
+        self.shapes = {n: tuple(int(d) for d in s) for n, s in shapes.items()}
+        self.layout = {n: list(layout.get(n, [])) for n in self.shapes}
+        self.master: dict[str, torch.Tensor] = {
+            n: t.detach().to(device=master_device or t.device, dtype=torch.float32, copy=True)
+            for n, t in self.params.items()
+        }
+        self.dirty: set[str] = set()
+        self.noise_cache_bytes = int(noise_cache_bytes)
+        self._cache: dict[tuple[Noise, int, str], torch.Tensor] = {}
+        self._cache_used = 0
+
+    @classmethod
+    def of_module(cls, module: torch.nn.Module, master_device=None, noise_cache_bytes: int = 0) -> "MasterWeights":
+        """One whole piece per parameter of ``module`` (tied parameters once, as
+        ``named_parameters()`` lists them)."""
+        params = dict(module.named_parameters())
+        shapes = {n: tuple(p.shape) for n, p in params.items()}
+        layout = {n: [Piece(n, whole_box(s), whole_box(s))] for n, s in shapes.items()}
+        return cls(params, shapes, layout, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
+
+    # -- the three writes -----------------------------------------------------------------
+    @torch.no_grad()
+    def perturb(self, noise: Noise, seed: int, scale: float) -> None:
+        check_finite("scale", scale)
+        self.restore()
+        for name in self.selected(noise):
+            pieces = self.layout[name]
+            if not pieces:
+                continue
+            eps = self.noise(noise, seed, name, keep=True)
+            for piece in pieces:
+                m = self.master[piece.param][piece.pslice]
+                self.params[piece.param][piece.pslice].copy_(eps[piece.hslice].mul(float(scale)).add_(m))
+                self.dirty.add(piece.param)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for pname in self.dirty:
+            self.params[pname].copy_(self.master[pname])
+        self.dirty.clear()
+
+    @torch.no_grad()
+    def apply(self, noise: Noise, update: Update) -> None:
+        for c in update.coefficients:
+            check_finite("update coefficient", c)
+        self.restore()
+        if update.is_zero():
+            return
+        touched: list[str] = []
+        for name in self.selected(noise):
+            pieces = self.layout[name]
+            if not pieces:
+                continue
+            acc = self.delta(noise, update, name)
+            for piece in pieces:
+                self.master[piece.param][piece.pslice].add_(acc[piece.hslice])
+                touched.append(piece.param)
+        for pname in dict.fromkeys(touched):
+            self.params[pname].copy_(self.master[pname])
+        self.clear_noise_cache()
+
+    def delta(self, noise: Noise, update: Update, name: str) -> torch.Tensor:
+        """The fp32 tensor ``Σᵢ cᵢ·ε(seedᵢ, name)`` (whole logical shape) that ``apply`` adds."""
+        device = self.master[self.layout[name][0].param].device
+        acc = torch.zeros(self.shapes[name], dtype=torch.float32, device=device)
+        for seed, c in zip(update.seeds, update.coefficients):
+            if c != 0.0:
+                acc.add_(self.noise(noise, seed, name), alpha=float(c))
+        return acc
+
+    @torch.no_grad()
+    def take_working(self) -> None:
+        """The working weights become the master (after a gradient step or a weight load
+        changed them in place).  Refused while perturbed: that would bake the noise in."""
+        if self.dirty:
+            raise RuntimeError("cannot take perturbed weights as the master: restore() first")
+        for pname, m in self.master.items():
+            m.copy_(self.params[pname].detach())
+
+    # -- noise ------------------------------------------------------------------------------
+    def noise(self, noise: Noise, seed: int, name: str, keep: bool = False) -> torch.Tensor:
+        """``ε(seed, name)`` (fp32, whole logical shape, on the master's device), cached or drawn."""
+        key = (noise, int(seed), name)
+        eps = self._cache.get(key)
+        if eps is None:
+            device = self.master[self.layout[name][0].param].device
+            eps = noise.sample(int(seed), name, self.shapes[name], device=device)
+            nbytes = eps.numel() * eps.element_size()
+            if keep and self._cache_used + nbytes <= self.noise_cache_bytes:
+                self._cache[key] = eps
+                self._cache_used += nbytes
+        return eps
+
+    def clear_noise_cache(self) -> None:
+        self._cache.clear()
+        self._cache_used = 0
+
+    @property
+    def noise_cache_used(self) -> int:
+        """Bytes of noise held for the next ``apply``."""
+        return self._cache_used
+
+    @property
+    def noise_cache_entries(self) -> int:
+        """``(noise, seed, name)`` tensors held for the next ``apply``."""
+        return len(self._cache)
+
+    def selected(self, noise: Noise) -> list[str]:
+        """The logical names ``noise`` moves; an empty selection is an error naming the filter."""
+        names = noise.select(self.shapes)
+        if not names:
+            raise ValueError(f"noise include={list(noise.include)} exclude={list(noise.exclude)} selects no parameter")
+        return names
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def whole(self) -> bool:
+        """Whether every logical tensor is held here completely (no tensor-parallel split)."""
+        return all(sum(box_volume(p.hf_box) for p in self.layout[n]) == shape_numel(s)
+                   for n, s in self.shapes.items())
+
+    def tensor(self, name: str, master: bool = False) -> torch.Tensor:
+        """Logical tensor ``name`` (working weights, or the fp32 master).  A single piece that
+        covers its whole tensor is returned as that tensor itself (no copy)."""
+        pieces, source = self.layout[name], self.master if master else self.params
+        if len(pieces) == 1 and pieces[0].hf_box == whole_box(self.shapes[name]) \
+                and tuple(source[pieces[0].param].shape) == self.shapes[name]:
+            return source[pieces[0].param]
+        out = torch.empty(self.shapes[name], dtype=source[pieces[0].param].dtype, device="cpu")
+        for piece in pieces:
+            out[piece.hslice] = source[piece.param][piece.pslice].cpu()
+        return out
+
+    def checksum(self, master: bool = False) -> str:
+        """:func:`digest` over the logical tensors in logical order (needs :attr:`whole`)."""
+        return digest((name, self.tensor(name, master)) for name in self.shapes)
+
+    def num_parameters(self, noise: Noise | None = None) -> int:
+        names = self.shapes if noise is None else noise.select(self.shapes)
+        return sum(shape_numel(self.shapes[n]) for n in names)
+
+    def items(self, master: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(logical name, tensor)`` for every logical tensor, in order."""
+        return ((name, self.tensor(name, master)) for name in self.shapes)
+
+
+__all__ = ["MasterWeights", "Piece", "whole_box", "shape_numel", "box_volume", "digest", "check_finite"]
