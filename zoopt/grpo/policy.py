@@ -26,21 +26,22 @@ from typing import Callable
 
 import torch
 
+from ..engines.base import Engine
 
-def sync_same_module(engine, policy) -> None:
+
+def sync_same_module(engine: Engine, policy) -> None:
     """The ``sync_weights`` hook when the policy is the engine's module: refresh its master."""
-    if getattr(engine, "module", None) is not policy:
+    if engine.module is not policy:
         raise RuntimeError("the policy is not the engine's module: pass a sync_weights hook that loads it")
-    if hasattr(engine, "sync_master"):
-        engine.sync_master()
+    engine.sync_master()
 
 
-def sync_to_engine(engine, policy: torch.nn.Module) -> None:
+def sync_to_engine(engine: Engine, policy: torch.nn.Module) -> None:
     """The ``sync_weights`` hook for a separate policy: ``engine.load_weights(policy's parameters)``."""
     engine.load_weights(policy.named_parameters())
 
 
-def separate_policy(engine) -> torch.nn.Module:
+def separate_policy(engine: Engine) -> torch.nn.Module:
     """An fp32 transformers model of ``engine``'s architecture holding the engine's master weights.
 
     Raises when the engine's HF names do not cover the model's parameters exactly.
@@ -60,14 +61,17 @@ def separate_policy(engine) -> torch.nn.Module:
     return policy.requires_grad_(True)
 
 
-def policy_for(engine) -> tuple[torch.nn.Module, Callable[[object, torch.nn.Module], None]]:
-    """``(policy, sync_weights)`` for GRPO on ``engine`` (see the module docstring)."""
-    module = getattr(engine, "module", None)
-    if isinstance(module, torch.nn.Module):
-        return module, sync_same_module
-    if not (hasattr(engine, "load_weights") and hasattr(engine, "state_dict") and hasattr(engine, "model_dir")):
-        raise TypeError(f"{type(engine).__name__} has no module to train and no load_weights/state_dict/"
-                        f"model_dir to build and sync a separate policy")
+def policy_for(engine: Engine) -> tuple[torch.nn.Module, Callable[[Engine, torch.nn.Module], None]]:
+    """``(policy, sync_weights)`` for GRPO on ``engine`` (see the module docstring).
+
+    An engine with neither a ``module`` nor a ``model_dir`` is a one-line ``TypeError``; one
+    whose ``state_dict``/``load_weights`` are the base class's defaults raises their
+    ``NotImplementedError`` here, before any training step."""
+    if engine.module is not None:
+        return engine.module, sync_same_module
+    if engine.model_dir is None:
+        raise TypeError(f"{type(engine).__name__} has no module to train and no model_dir to build a separate "
+                        f"policy from")
     return separate_policy(engine), sync_to_engine
 
 
