@@ -1,9 +1,12 @@
-"""Run configuration: a YAML file (defaults in ``zoopt/configs/train.yaml``) plus overrides.
+"""Run configuration: defaults (:mod:`zoopt.hparams`) ← a YAML file ← ``key=value`` overrides.
 
 ``--set key=value`` overrides use dotted keys for sections (``sampling.max_new_tokens=16``);
-values are parsed as YAML (``1e-3`` → float, ``[a, b]`` → list).  A key that the defaults do
-not have is an error that names it (with the closest known key), so a typo never silently
-trains with the default.
+values are parsed as YAML (``[a, b]`` → list, ``null`` → None; ``5e-3``, a string to YAML 1.1,
+becomes a float in a float key).  A key that the defaults do not have is an error that names it
+(with the closest known key), so a typo never silently trains with the default; for the
+``train`` and ``grpo`` bases every value is checked against its rule
+(:class:`zoopt.hparams.TrainConfig`, :class:`~zoopt.hparams.GRPOConfig`), and a bad one is a
+one-line :class:`ConfigError` naming the key.  Callers receive plain dicts.
 """
 
 from __future__ import annotations
@@ -12,28 +15,32 @@ import copy
 import difflib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 import yaml
+
+from .hparams import CONFIGS, ConfigError, optional_keys, to_dict, validate
 
 OPEN_SECTIONS = {"objective_args", "engine_args"}  # free-form: passed to constructors
 
 
-class ConfigError(ValueError):
-    """A bad config key or value; the message is one line and names it."""
-
-
 def default_config(name: str = "train") -> dict:
+    """The defaults of ``name`` as a plain dict: ``train``/``grpo`` from :mod:`zoopt.hparams`,
+    any other name (``compare``) from ``zoopt/configs/<name>.yaml``."""
+    if name in CONFIGS:
+        return to_dict(CONFIGS[name]())
     text = resources.files("zoopt.configs").joinpath(f"{name}.yaml").read_text()
     return yaml.safe_load(text)
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), base: str = "train") -> dict:
-    """Defaults ← YAML file ← ``key=value`` overrides; unknown keys raise :class:`ConfigError`."""
+    """Defaults ← YAML file ← ``key=value`` overrides; an unknown key or a bad value raises
+    :class:`ConfigError` (values are checked for the ``train`` and ``grpo`` bases)."""
     config = default_config(base)
+    optional = optional_keys(CONFIGS[base]) if base in CONFIGS else ()
     for key, value in config_items(path, overrides):
-        set_dotted(config, key, value)
-    return config
+        set_dotted(config, key, value, optional)
+    return validate(config, base) if base in CONFIGS else config
 
 
 def config_items(path: str | Path | None, overrides: Iterable[str]) -> list[tuple[str, Any]]:
@@ -60,8 +67,9 @@ def merge(config: dict, user: dict) -> None:
         set_dotted(config, str(key), value)
 
 
-def set_dotted(config: dict, key: str, value: Any) -> None:
-    """Set ``config[a][b] = value`` for ``key = "a.b"``, refusing keys the defaults lack."""
+def set_dotted(config: dict, key: str, value: Any, optional: Collection[str] = ()) -> None:
+    """Set ``config[a][b] = value`` for ``key = "a.b"``, refusing keys the defaults lack
+    (except the dotted keys in ``optional``, which a config may add: ``noise.rank``)."""
     parts = key.split(".")
     if parts[0] in OPEN_SECTIONS:
         node = config.setdefault(parts[0], {})
@@ -77,6 +85,8 @@ def set_dotted(config: dict, key: str, value: Any) -> None:
     node = config
     for i, part in enumerate(parts):
         dotted = ".".join(parts[: i + 1])
+        if isinstance(node, dict) and part not in node and dotted in optional and i == len(parts) - 1:
+            node[part] = None
         if not isinstance(node, dict) or part not in node:
             known = list(node) if isinstance(node, dict) else []
             close = difflib.get_close_matches(part, known, n=1)
@@ -88,6 +98,6 @@ def set_dotted(config: dict, key: str, value: Any) -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"config key {dotted!r} is a section; set its keys ({dotted}.KEY=...)")
             for k, v in value.items():
-                set_dotted(config, f"{dotted}.{k}", v)
+                set_dotted(config, f"{dotted}.{k}", v, optional)
         else:
             node[part] = copy.deepcopy(value)

@@ -1,0 +1,267 @@
+"""One definition per hyper-parameter: ``zoopt.hparams`` drives defaults, validation, GRPO and the docs."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoopt.config import ConfigError, default_config, load_config
+from zoopt.hparams import (GENERATED, GRPOConfig, NoiseConfig, TrainConfig, from_dict, to_dict, to_yaml,
+                           validate)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
+# defaults must stay these values, with these types and this key order.
+OLD_TRAIN = """
+model: smollm2-135m
+dtype: bfloat16
+device: cpu
+engine: hf
+engine_args: {}
+objective: arithmetic
+objective_args: {}
+seed: 0
+steps: 15
+prompts_per_step: 32
+estimator: one_point
+shaping: zscore
+scaling: paper
+population_size: 16
+sigma: 5.0e-3
+lr: 2.5e-3
+noise:
+  kind: gaussian
+  include: ["*"]
+  exclude: []
+  correlated: false
+sampling:
+  temperature: 0.0
+  top_p: 1.0
+  max_new_tokens: 10
+  n: 1
+reward_timeout_s: 5.0
+eval:
+  n_problems: 200
+  n_samples: 0
+  ks: [1]
+  temperature: 1.0
+  max_new_tokens: 10
+  every: 0
+batch_size: 64
+noise_cache_gb: auto
+run_dir: null
+export: true
+"""
+OLD_GRPO = """
+model: smollm2-135m
+dtype: float32
+device: cpu
+engine: hf
+engine_args: {}
+objective: arithmetic
+objective_args: {}
+seed: 0
+steps: 12
+prompts_per_step: 32
+sampling:
+  temperature: 1.0
+  top_p: 1.0
+  max_new_tokens: 10
+  n: 8
+loss_type: dapo
+epsilon: 0.2
+epsilon_high: null
+beta: 0.0
+scale_rewards: group
+num_iterations: 1
+lr: 1.0e-6
+adam_betas: [0.9, 0.999]
+adam_eps: 1.0e-8
+weight_decay: 0.0
+max_grad_norm: 1.0
+micro_batch_size: 8
+gradient_checkpointing: false
+autocast_bf16: false
+reward_timeout_s: 5.0
+eval:
+  n_problems: 200
+  n_samples: 0
+  ks: [1]
+  temperature: 1.0
+  max_new_tokens: 10
+  every: 0
+batch_size: 64
+run_dir: null
+export: true
+"""
+
+
+def assert_identical(a, b, path="config"):
+    """Equal values of the same types, and dict keys in the same order."""
+    assert type(a) is type(b), f"{path}: {a!r} ({type(a).__name__}) vs {b!r} ({type(b).__name__})"
+    if isinstance(a, dict):
+        assert list(a) == list(b), f"{path}: keys {list(a)} vs {list(b)}"
+        for key in a:
+            assert_identical(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{path}: {a!r} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_identical(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+@pytest.mark.parametrize("base,old", [("train", OLD_TRAIN), ("grpo", OLD_GRPO)])
+def test_defaults_are_the_old_yaml_values_bit_for_bit(base, old):
+    old = yaml.safe_load(old)
+    assert_identical(default_config(base), old)
+    assert_identical(load_config(base=base), old)
+    assert default_config("train")["sigma"] == 0.005 and default_config("grpo")["lr"] == 1e-6
+
+
+@pytest.mark.parametrize("rel", sorted(GENERATED))
+def test_generated_files_are_committed_as_generated(rel):
+    committed = (ROOT / rel).read_text()
+    assert committed == GENERATED[rel](), (f"{rel} differs from zoopt.hparams; regenerate it with "
+                                           f"`.venv/bin/python -m zoopt.hparams` and commit the result")
+
+
+@pytest.mark.parametrize("cls,base", [(TrainConfig, "train"), (GRPOConfig, "grpo")])
+def test_generated_yaml_holds_the_defaults_and_every_help(cls, base):
+    text = to_yaml(cls)
+    assert_identical(yaml.safe_load(text), default_config(base))
+    for f in dataclasses.fields(cls):
+        assert f.metadata["help"] and f.metadata["help"] in text, f.name
+    assert load_config(ROOT / "zoopt" / "configs" / f"{base}.yaml", base=base) == default_config(base)
+
+
+def test_every_key_has_help_and_a_rule():
+    def walk(cls):
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+            if "section" in f.metadata:
+                walk(f.metadata["section"])
+            else:
+                assert f.metadata["rule"].describe(), f.name
+
+    walk(TrainConfig)
+    walk(GRPOConfig)
+
+
+# -- bad values: one line that names the key, the rule and the value ------------------------
+BAD = [  # (base, override, the whole message, or a part of it)
+    ("train", "sigma=abc", "config key 'sigma' must be a number > 0, got 'abc'"),
+    ("train", "sigma=-1", "config key 'sigma' must be a number > 0, got -1"),
+    ("train", "sigma=.nan", "config key 'sigma' must be a number > 0, got nan"),
+    ("train", "sigma=true", "config key 'sigma' must be a number > 0, got True"),
+    ("train", "lr=0", "config key 'lr' must be a number > 0, got 0"),
+    ("train", "population_size=1.5", "config key 'population_size' must be an integer ≥ 2, got 1.5"),
+    ("train", "population_size=1", "config key 'population_size' must be an integer ≥ 2, got 1"),
+    ("train", "seed=-3", "config key 'seed' must be an integer ≥ 0, got -3"),
+    ("train", "sampling.temperature=-0.1", "config key 'sampling.temperature' must be a number ≥ 0, got -0.1"),
+    ("train", "sampling.top_p=0", "config key 'sampling.top_p' must be a number in (0, 1], got 0"),
+    ("train", "noise.kind=banana", "config key 'noise.kind' must be a registered noise (gaussian,"),
+    ("train", "noise.include=layer", "config key 'noise.include' must be a list of strings, got 'layer'"),
+    ("train", "noise.correlated=maybe", "config key 'noise.correlated' must be true or false, got 'maybe'"),
+    ("train", "noise.rank=0", "config key 'noise.rank' must be an integer ≥ 1 or null, got 0"),
+    ("train", "noise.rank=4", "config key 'noise.rank' is only for noise.kind low_rank, got kind 'gaussian'"),
+    ("train", "estimator=three_point", "config key 'estimator' must be a registered estimator (one_point,"),
+    ("train", "scaling=fancy", "config key 'scaling' must be one of paper, textbook, got 'fancy'"),
+    ("train", "dtype=float8", "config key 'dtype' must be one of float32, bfloat16, float16"),
+    ("train", "eval.ks=[1, 0]", "config key 'eval.ks' must be a list of integers ≥ 1, got [1, 0]"),
+    ("train", "noise_cache_gb=lots", "config key 'noise_cache_gb' must be 'auto', a number ≥ 0 or null, got 'lots'"),
+    ("train", "engine_args=3", "config key 'engine_args' must be a mapping, got 3"),
+    ("train", "run_dir=[a]", "config key 'run_dir' must be a string or null, got ['a']"),
+    ("train", "noise=gaussian", "config key 'noise' is a section; set its keys (noise.KEY=...)"),
+    ("train", "sigmma=0.1", "unknown config key 'sigmma'; did you mean 'sigma'?"),
+    ("train", "noise.knd=gaussian", "unknown config key 'noise.knd'; did you mean 'noise.kind'?"),
+    ("grpo", "loss_type=ppo", "config key 'loss_type' must be one of grpo, bnpo, dr_grpo, dapo, got 'ppo'"),
+    ("grpo", "adam_betas=[1]", "config key 'adam_betas' must be a list of 2 numbers in [0, 1), got [1]"),
+    ("grpo", "adam_betas=[0.9, 1.0]", "config key 'adam_betas' must be a list of 2 numbers in [0, 1)"),
+    ("grpo", "scale_rewards=std", "config key 'scale_rewards' must be one of group, batch, none, got 'std'"),
+    ("grpo", "sampling.temperature=0", "config key 'sampling.temperature' must be a number > 0, got 0"),
+    ("grpo", "sampling.n=1", "config key 'sampling.n' must be an integer ≥ 2, got 1"),
+    ("grpo", "epsilon_high=-0.1", "config key 'epsilon_high' must be a number ≥ 0 or null, got -0.1"),
+    ("grpo", "micro_batch_size=2.5", "config key 'micro_batch_size' must be an integer ≥ 1, got 2.5"),
+    ("grpo", "gradient_checkpointing=1", "config key 'gradient_checkpointing' must be true or false, got 1"),
+    ("grpo", "sigma=0.01", "unknown config key 'sigma'"),
+    ("grpo", "los_type=grpo", "unknown config key 'los_type'; did you mean 'loss_type'?"),
+]
+
+
+@pytest.mark.parametrize("base,override,message", BAD, ids=[f"{b}:{o}" for b, o, _ in BAD])
+def test_a_bad_value_is_one_line_naming_the_key(base, override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[override], base=base)
+    text = str(info.value)
+    assert text.startswith(message) and "\n" not in text, text
+    assert override.split("=")[0].split(".")[0] in text
+
+
+@pytest.mark.parametrize("base,override,message", [BAD[0], BAD[5], BAD[10], BAD[25], BAD[26], BAD[30]],
+                         ids=["sigma", "population_size", "noise.kind", "loss_type", "adam_betas", "sampling.n"])
+def test_the_cli_prints_one_line_and_returns_2(base, override, message, capsys, tmp_path):
+    from zoopt.cli import main
+
+    command = {"train": "train", "grpo": "grpo"}[base]
+    code = main([command, "--quiet", "--model", "tiny", "--set", override, "--set", f"run_dir={tmp_path}/r"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_value_in_a_config_file_names_the_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  max_new_tokens: ten\n")
+    with pytest.raises(ConfigError, match=r"^config key 'sampling.max_new_tokens' must be an integer ≥ 1, got 'ten'$"):
+        load_config(path)
+
+
+# -- what is coerced, and what is not ---------------------------------------------------------
+def test_unambiguous_coercions_only():
+    cfg = load_config(overrides=["sigma=5e-3", "lr=1", "population_size=8.0", "noise.include=[a, b]"])
+    assert cfg["sigma"] == 0.005 and type(cfg["sigma"]) is float  # YAML 1.1 reads 5e-3 as a string
+    assert cfg["lr"] == 1.0 and type(cfg["lr"]) is float
+    assert cfg["population_size"] == 8 and type(cfg["population_size"]) is int
+    assert cfg["noise"]["include"] == ["a", "b"]  # a list in the dict (yaml.safe_dump-able), a tuple in the dataclass
+    yaml.safe_dump(cfg)
+    for override in ("sigma='0.1'", "population_size='8'", "export=1", "model=3"):  # no strings → numbers, no bools
+        with pytest.raises(ConfigError, match="^config key"):
+            load_config(overrides=[override])
+
+
+def test_low_rank_noise_takes_its_rank_and_the_default_dict_has_none():
+    from zoopt.noise import LowRank, noise_from_dict
+
+    assert "rank" not in default_config("train")["noise"]
+    for overrides in (["noise.kind=low_rank", "noise.rank=4"], ["noise={kind: low_rank, rank: 4}"]):
+        cfg = load_config(overrides=overrides)
+        assert cfg["noise"] == {"kind": "low_rank", "include": ["*"], "exclude": [], "correlated": False, "rank": 4}
+        assert noise_from_dict(cfg["noise"]) == LowRank(rank=4)
+    assert "rank" not in load_config(overrides=["noise.rank=null"])["noise"]
+
+
+# -- the dataclasses in Python ----------------------------------------------------------------
+def test_dataclasses_validate_on_construction_and_are_frozen():
+    assert GRPOConfig(lr=1e-5).lr == 1e-5 and TrainConfig(sigma=1).sigma == 1.0
+    with pytest.raises(ConfigError, match="^config key 'lr' must be a number > 0, got -1$"):
+        GRPOConfig(lr=-1)
+    with pytest.raises(ConfigError, match="^config key 'noise.kind' must be a registered noise"):
+        TrainConfig(noise=NoiseConfig(kind="banana"))
+    with pytest.raises(ConfigError, match="^config key 'noise.kind'"):
+        TrainConfig(noise={"kind": "banana"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrainConfig().sigma = 0.1
+    cfg = TrainConfig(noise={"kind": "rademacher"})
+    assert cfg.noise == NoiseConfig(kind="rademacher") and from_dict(TrainConfig, to_dict(cfg)) == cfg
+    assert validate(to_dict(cfg), "train") == to_dict(cfg)
+
+
+def test_grpo_choices_are_the_loss_and_advantage_modules():
+    from zoopt.grpo import LOSS_TYPES, SCALE_REWARDS
+
+    rules = {f.name: f.metadata.get("rule") for f in dataclasses.fields(GRPOConfig)}
+    assert rules["loss_type"].choices == LOSS_TYPES and rules["scale_rewards"].choices == SCALE_REWARDS
+
