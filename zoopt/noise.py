@@ -24,7 +24,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -85,6 +85,9 @@ class Noise:
     correlated: bool = False
 
     kind: ClassVar[str] = "noise"
+    # combine() adds up the dense ε that sample() returns, so the noise perturb draws is worth
+    # keeping for the next apply (engines' noise cache); False when combine never reads them.
+    combine_reuses_samples: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for field_name in ("include", "exclude"):
@@ -114,6 +117,21 @@ class Noise:
                device: torch.device | str = "cpu") -> torch.Tensor:
         """``ε(seed, name)`` as an fp32 tensor of ``shape`` on ``device``."""
         raise NotImplementedError
+
+    def combine(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
+                shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
+                sample: Callable[[int], torch.Tensor] | None = None) -> torch.Tensor:
+        """``Σᵢ cᵢ·ε(seedᵢ, name)`` in fp32 — the tensor an update adds to ``name``.
+
+        Default: one dense ``ε`` per non-zero coefficient, accumulated in order (``sample(seed)``
+        may supply them, e.g. from a cache; it must return :meth:`sample`'s tensor).
+        """
+        draw = sample or (lambda seed: self.sample(seed, name, shape, device))
+        acc = torch.zeros(tuple(shape), dtype=torch.float32, device=device)
+        for seed, c in zip(seeds, coefficients):
+            if c != 0.0:
+                acc.add_(draw(seed), alpha=float(c))
+        return acc
 
     def _torch_generator(self, seed: int, name: str, device: torch.device) -> torch.Generator:
         ss = np.random.SeedSequence(self.key(seed, name))
@@ -164,25 +182,55 @@ class LowRank(Noise):
 
     Tensors with more than two dimensions are treated as matrices of shape
     ``(shape[0], prod(shape[1:]))``.  Cost per matrix is (m + n)·r draws instead of m·n.
+
+    The factors (:meth:`factors`) and the Gaussian noise of vectors are drawn from the **CPU**
+    stream on every device (they are small), so a low-rank seed log gives the same weights on
+    CPU and GPU up to matmul rounding — unlike full-size ``Gaussian``/``Rademacher`` noise,
+    whose CUDA stream differs from the CPU one.  An update is applied as one matrix product per
+    tensor (:meth:`combine`): ``Σᵢ cᵢ·Aᵢ·Bᵢᵀ/√r = (A·diag(c))·Bᵀ/√r`` with the members' factors
+    side by side, instead of N dense ``ε``.
     """
 
     rank: int = 1
     kind: ClassVar[str] = "low_rank"
+    combine_reuses_samples: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.rank, int) or self.rank < 1:
             raise ValueError(f"LowRank.rank must be a positive integer, got {self.rank!r}")
 
+    def factors(self, seed: int, name: str, shape: Sequence[int] | torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(A, B)``, fp32 on the CPU, with ``A ∈ ℝ^{m×r}``, ``B ∈ ℝ^{n×r}`` (``n = prod(shape[1:])``):
+        the matrix noise is ``A·Bᵀ/√r``.  Only for tensors of two or more dimensions."""
+        shape = tuple(shape)
+        if len(shape) < 2:
+            raise ValueError(f"LowRank.factors: {name!r} has shape {shape}, not a matrix")
+        m, n = shape[0], int(np.prod(shape[1:]))
+        flat = Gaussian(correlated=self.correlated).sample(seed, name, ((m + n) * self.rank,), "cpu")
+        return flat[: m * self.rank].view(m, self.rank), flat[m * self.rank :].view(n, self.rank)
+
     def sample(self, seed, name, shape, device="cpu"):
         shape = tuple(shape)
         if len(shape) < 2:
-            return Gaussian(correlated=self.correlated).sample(seed, name, shape, device)
-        m, n = shape[0], int(np.prod(shape[1:]))
-        factors = Gaussian(correlated=self.correlated).sample(seed, name, ((m + n) * self.rank,), device)
-        a = factors[: m * self.rank].view(m, self.rank)
-        b = factors[m * self.rank :].view(n, self.rank)
-        return (a @ b.T).div_(self.rank ** 0.5).view(shape)
+            return Gaussian(correlated=self.correlated).sample(seed, name, shape, "cpu").to(device)
+        a, b = self.factors(seed, name, shape)
+        return (a @ b.T).div_(self.rank ** 0.5).view(shape).to(device)
+
+    def combine(self, seeds, coefficients, name, shape, device="cpu", sample=None):
+        """``Σᵢ cᵢ·εᵢ`` as ``(A·diag(c))·Bᵀ/√r`` for matrices (one product; equal to the dense
+        sum up to fp32 rounding), the default dense sum for vectors."""
+        shape = tuple(shape)
+        if len(shape) < 2:
+            return super().combine(seeds, coefficients, name, shape, device, sample=None)
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        if not kept:
+            return torch.zeros(shape, dtype=torch.float32, device=device)
+        pairs = [self.factors(s, name, shape) for s, _ in kept]
+        coef = torch.tensor([c for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
+        a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef)
+        b = torch.cat([b for _, b in pairs], dim=1)
+        return (a @ b.T).div_(self.rank ** 0.5).view(shape).to(device)
 
 
 def noise_from_dict(config: dict) -> Noise:

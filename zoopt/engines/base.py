@@ -233,6 +233,12 @@ class Engine(WeightsEngine):
 
         return self.evaluate_population(noise, population, member)
 
+    def population_path(self, noise: Noise) -> str:
+        """How :meth:`generate_population` runs ``noise``'s members: ``"sequential"`` (the
+        default loop) or the name of an override's path (``"batched"``), for the metrics log.
+        A path the engine was told to take but cannot is a one-line ``ValueError``."""
+        return "sequential"
+
     # -- declared, with defaults ---------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
         """The token ids ``generate`` feeds the model for ``prompt`` (chat template applied).

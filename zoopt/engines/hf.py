@@ -31,7 +31,10 @@ import torch
 
 from ..atomic import atomic_directory
 from ..models import load_model
+from ..noise import LowRank, Noise
+from ..types import Population
 from .base import Completion, Engine, Prompt, Sampling
+from .batched import BatchedLowRank, RowLayout
 from .module import ModuleEngine
 from .prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
 
@@ -42,10 +45,17 @@ class HFEngine(ModuleEngine, Engine):
 
     ``system_prompt`` (optional) is prepended as a system message to every conversation
     that has none; it needs a tokenizer with a chat template.
+
+    ``population`` chooses how :meth:`generate_population` runs: ``"auto"`` (the default) runs
+    the members of ``LowRank`` noise in one batched forward (:mod:`zoopt.engines.batched`) and
+    every other noise member by member; ``"batched"`` insists on the batched path (other noise
+    is an error); ``"sequential"`` always runs member by member.
     """
 
+    POPULATION_MODES = ("auto", "batched", "sequential")
+
     def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
-                 system_prompt: str | None = None, noise_cache_bytes: int = 0) -> None:
+                 system_prompt: str | None = None, noise_cache_bytes: int = 0, population: str = "auto") -> None:
         ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
         Engine.__init__(self)
         if batch_size < 1:
@@ -57,6 +67,10 @@ class HFEngine(ModuleEngine, Engine):
         self._pad_id = ensure_pad_token(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self._cache_arg = _cache_argument(model)
+        if population not in self.POPULATION_MODES:
+            raise ValueError(f"population must be one of {', '.join(self.POPULATION_MODES)}, got {population!r}")
+        self.population = population
+        self._row_layouts: dict[tuple, RowLayout] = {}
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", **kw) -> "HFEngine":
@@ -95,6 +109,52 @@ class HFEngine(ModuleEngine, Engine):
                     results[i][j] = c
         self.stats.record(results, t0)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
+
+    # -- the population call -----------------------------------------------------------------
+    def population_path(self, noise: Noise) -> str:
+        if self.population == "sequential":
+            return "sequential"
+        if isinstance(noise, LowRank):
+            return "batched"
+        if self.population == "batched":
+            raise ValueError(f"population: batched needs noise.kind low_rank, got {noise.kind!r}")
+        return "sequential"
+
+    def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
+                            sampling: Sampling, on_member=None) -> list[list[list[Completion]]]:
+        """The contract's population call; for ``LowRank`` noise (see ``population``) every
+        member's rows go through one batched decoding loop, micro-batched by ``batch_size``
+        across members, with each member's perturbation applied in activation space
+        (:class:`~zoopt.engines.batched.BatchedLowRank`).  The weights are never written, and
+        sample j of prompt p uses the same uniform stream ``(sampling.seed, p, j)`` as the
+        sequential path, so results equal it up to floating-point rounding."""
+        if self.population_path(noise) != "batched":
+            return super().generate_population(noise, population, prompts, sampling, on_member)
+        if isinstance(prompts, (str, dict)):
+            raise TypeError("generate_population takes a sequence of prompts, not a single prompt")
+        t0 = time.perf_counter()
+        self.restore()
+        key = (noise.include, noise.exclude)
+        if key not in self._row_layouts:
+            self._row_layouts[key] = RowLayout(self.module, self.weights, noise)
+        batch = BatchedLowRank(self._row_layouts[key], self.weights, noise, population)
+        encoded = [self.encode(p) for p in prompts]
+        rows = [(i, p, j) for i in range(len(population)) for p in range(len(encoded)) for j in range(sampling.n)]
+        rows.sort(key=lambda r: len(encoded[r[1]]))  # members mix within a micro-batch
+        results: list = [[[None] * sampling.n for _ in encoded] for _ in range(len(population))]
+        self.module.eval()
+        with torch.inference_mode():
+            for start in range(0, len(rows), self.batch_size):
+                chunk = rows[start : start + self.batch_size]
+                with batch.rows([i for i, _, _ in chunk]):
+                    out = self._generate_batch([encoded[p] for _, p, _ in chunk], [(p, j) for _, p, j in chunk], sampling)
+                for (i, p, j), c in zip(chunk, out):
+                    results[i][p][j] = c
+        self.stats.record([per_prompt for member in results for per_prompt in member], t0)
+        if on_member is not None:
+            for i, member in enumerate(results):
+                on_member(i, member)
+        return results
 
     def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]],
                         sampling: Sampling) -> list[Completion]:

@@ -138,7 +138,7 @@ class MasterWeights:
             pieces = self.layout[name]
             if not pieces:
                 continue
-            eps = self.noise(noise, seed, name, keep=True)
+            eps = self.noise(noise, seed, name, keep=noise.combine_reuses_samples)
             for piece in pieces:
                 m = self.master[piece.param][piece.pslice]
                 self.params[piece.param][piece.pslice].copy_(eps[piece.hslice].mul(float(scale)).add_(m))
@@ -171,13 +171,11 @@ class MasterWeights:
         self.clear_noise_cache()
 
     def delta(self, noise: Noise, update: Update, name: str) -> torch.Tensor:
-        """The fp32 tensor ``Σᵢ cᵢ·ε(seedᵢ, name)`` (whole logical shape) that ``apply`` adds."""
+        """The fp32 tensor ``Σᵢ cᵢ·ε(seedᵢ, name)`` (whole logical shape) that ``apply`` adds:
+        ``noise.combine`` (dense noise comes from the cache when ``perturb`` kept it)."""
         device = self.master[self.layout[name][0].param].device
-        acc = torch.zeros(self.shapes[name], dtype=torch.float32, device=device)
-        for seed, c in zip(update.seeds, update.coefficients):
-            if c != 0.0:
-                acc.add_(self.noise(noise, seed, name), alpha=float(c))
-        return acc
+        return noise.combine(update.seeds, update.coefficients, name, self.shapes[name], device,
+                             sample=lambda seed: self.noise(noise, seed, name))
 
     @torch.no_grad()
     def take_working(self) -> None:
