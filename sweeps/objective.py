@@ -6,8 +6,9 @@
 2. builds the train config (:meth:`SweepSpec.trial_config`) with ``run_dir`` =
    ``<study_dir>/trials/trial-NNNN`` and records ``run_dir``, ``config``, ``steps`` and
    ``worker`` as trial user attrs;
-3. drives the method's trainer step by step — :class:`zoopt.train.Trainer` for ES,
-   :class:`GRPORun` (around :class:`zoopt.grpo.trainer.GRPO`) for GRPO; with a single objective and
+3. drives the method's trainer (:func:`zoopt.workflows.trainers.start_run`: ES's ``Trainer`` or
+   ``GRPOTrainer``, each writing ``config.yaml`` and ``metrics.jsonl`` as ``zoopt train``/``zoopt
+   grpo`` do) step by step; with a single objective and
    ``report_every`` > 0 it evaluates every ``report_every`` steps (before the last),
    ``trial.report(value, steps_done)`` and raises ``optuna.TrialPruned`` when
    ``trial.should_prune()``;
@@ -23,64 +24,26 @@ weights (retrain from ``best.yaml`` with ``zoopt grpo --config``).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Callable
 
 import optuna
-import yaml
 
-from zoopt.engines.base import close_engine
-from zoopt.train import Trainer, build_engine, build_objective, evaluate_run
+from zoopt.workflows.loop import RunTrainer
+from zoopt.workflows.run import evaluate_run
+from zoopt.workflows.rundir import RunDir
+from zoopt.workflows.trainers import start_run
 
 from .spec import Objective, SweepSpec
 
 
-class GRPORun:
-    """One GRPO trial run: ``config.yaml`` and ``metrics.jsonl`` in ``run_dir``, like ``zoopt grpo``.
-
-    Exposes what :class:`zoopt.train.Trainer` exposes to an ``evaluate_fn``: ``cfg``,
-    ``run_dir``, ``engine``, ``objective``.
-    """
-
-    def __init__(self, cfg: dict, run_dir: Path) -> None:
-        from zoopt.grpo.trainer import GRPO
-
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.objective = build_objective(cfg)
-        self.engine = build_engine(cfg, self.objective)
-        self.grpo = GRPO.from_config(cfg, self.engine, self.objective)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-
-    @property
-    def steps_done(self) -> int:
-        return self.grpo.step_count
-
-    def step(self) -> dict:
-        record = self.grpo.step()
-        with open(self.run_dir / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        return record
+EvaluateFn = Callable[[RunTrainer], dict]
 
 
-EvaluateFn = Callable[[Trainer | GRPORun], dict]
-
-
-def default_evaluate(trainer: Trainer | GRPORun) -> dict:
+def default_evaluate(trainer: RunTrainer) -> dict:
     """The held-out evaluation of ``zoopt train``/``zoopt grpo`` (``eval`` section of the trial's config)."""
     return evaluate_run(trainer.engine, trainer.objective, trainer.cfg)
-
-
-def start_run(method: str, cfg: dict, run_dir: Path) -> tuple[Trainer | GRPORun, Callable[[], int]]:
-    """The per-method part of a trial: its trainer (``.step() -> record``, handed to
-    ``evaluate_fn``) and a function returning the steps done so far."""
-    if method == "grpo":
-        run = GRPORun(cfg, run_dir)
-        return run, lambda: run.steps_done
-    trainer = Trainer(cfg, run_dir)
-    return trainer, lambda: trainer.es.step
 
 
 def metric_value(objective: Objective, summary: dict, record: dict | None) -> float:
@@ -115,7 +78,7 @@ class TrialObjective:
         for key, value in (("run_dir", str(run_dir)), ("config", cfg), ("steps", cfg["steps"]),
                            ("worker", self.worker)):
             trial.set_user_attr(key, value)
-        if (run_dir / "seedlog.json").exists() or (run_dir / "metrics.jsonl").exists():
+        if RunDir(run_dir).holds_run():
             raise FileExistsError(f"{run_dir} already holds a run (left from an earlier study of this name?)")
         try:
             return self._train(trial, cfg, run_dir)
@@ -126,20 +89,20 @@ class TrialObjective:
             raise
 
     def _train(self, trial: optuna.Trial, cfg: dict, run_dir: Path) -> float | list[float]:
-        trainer, steps_done = start_run(self.spec.method, cfg, run_dir)
+        trainer = start_run(self.spec.method, cfg, run_dir)
         try:
-            return self._steps(trial, trainer, steps_done, cfg, run_dir)
+            return self._steps(trial, trainer, cfg)
         finally:  # a vLLM engine's worker processes must not outlive the trial
-            close_engine(trainer.engine)
+            trainer.close()
 
-    def _steps(self, trial: optuna.Trial, trainer, steps_done, cfg: dict, run_dir: Path) -> float | list[float]:
+    def _steps(self, trial: optuna.Trial, trainer: RunTrainer, cfg: dict) -> float | list[float]:
         spec = self.spec
         needs_eval = any(o.needs_eval for o in spec.objectives)
         every = spec.report_every if not spec.multi_objective else 0
         steps, record = int(cfg["steps"]), None
-        while steps_done() < steps:
+        while trainer.steps_done < steps:
             record = trainer.step()
-            done = steps_done()
+            done = trainer.steps_done
             if every and done % every == 0 and done < steps:
                 summary = self.evaluate_fn(trainer) if needs_eval else {}
                 value = metric_value(spec.objectives[0], summary, record)
@@ -148,7 +111,7 @@ class TrialObjective:
                     raise optuna.TrialPruned(f"step {done}: {spec.objectives[0].metric}={value:.4g}")
         summary = self.evaluate_fn(trainer) if needs_eval else {}
         if needs_eval:
-            (run_dir / "eval_after.json").write_text(json.dumps(summary, indent=2, default=str))
+            trainer.run_dir.write_eval("after", summary)
             trial.set_user_attr("eval", {k: v for k, v in summary.items()
                                          if isinstance(v, (int, float, str)) and not _nan(v)})
         values = [metric_value(o, summary, record) for o in spec.objectives]

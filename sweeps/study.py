@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
 
 from .space import SpecError
-from .spec import SweepSpec
+
+if TYPE_CHECKING:  # annotations only: spec.py calls make_sampler/make_pruner to validate a spec
+    from .spec import SweepSpec
 
 SQLITE_TIMEOUT_S = 60
 

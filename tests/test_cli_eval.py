@@ -6,11 +6,13 @@ import json
 import pytest
 
 from zoopt.cli import build_parser, main
-from zoopt.cli_analysis import eval_config, read_curve
+from zoopt.cli.common import eval_config
+from zoopt.cli.eval import read_curve
 from zoopt.config import load_config
 from zoopt.metrics import pass_at_k
 from zoopt.state import resolve_model
-from zoopt.train import build_engine, build_objective, evaluate_run, train
+from zoopt.workflows.run import build_engine, build_objective, evaluate_run
+from zoopt.workflows.train import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -104,7 +106,7 @@ def test_eval_of_a_run_dir_reproduces_the_runs_final_evaluation(tmp_path, reward
 def test_eval_of_a_grpo_run_dir_takes_only_the_shared_keys(tmp_path, reward_spec, one_thread):
     """A GRPO run's config.yaml holds GRPO keys (loss_type, beta, ...) that train.yaml lacks:
     ``zoopt eval`` reads what evaluation needs from it and reproduces its final evaluation."""
-    from zoopt.grpo import train_grpo
+    from zoopt.workflows.grpo import train_grpo
 
     run = tmp_path / "grpo"
     cfg = load_config(overrides=["model=tiny", f"objective={reward_spec}", "steps=1", "prompts_per_step=4",

@@ -1,17 +1,16 @@
 """Equal budgets and ``zoopt compare`` end to end on the tiny model."""
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from zoopt.cli_grpo import add_commands
-from zoopt.compare import compare, load_compare_config, plan_methods, shared_config
+from zoopt.cli import build_parser
+from zoopt.workflows.compare import compare, load_compare_config, plan_methods, shared_config
 from zoopt.config import ConfigError
-from zoopt.schedule import run_schedule
-from zoopt.train import build_engine
+from zoopt.workflows.schedule import run_schedule
+from zoopt.workflows.run import build_engine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402
@@ -127,10 +126,8 @@ def test_compare_in_process_writes_the_table_and_plots(tmp_path):
 
 def test_zoopt_compare_isolated_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the children: no oversubscription of 2 shared cores
-    parser = argparse.ArgumentParser(prog="zoopt")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["compare", "--quiet", *[x for s in [*TINY, "budget=64", f"run_dir={tmp_path / 'c'}"]
-                                                      for x in ("--set", s)]])
+    args = build_parser().parse_args(["compare", "--quiet", *[x for s in [*TINY, "budget=64", f"run_dir={tmp_path / 'c'}"]
+                                                              for x in ("--set", s)]])
     assert args.func(args) == 0
     result = json.loads((tmp_path / "c" / "compare.json").read_text())
     table = check_outputs(result, tmp_path / "c", 64)

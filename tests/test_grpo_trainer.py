@@ -11,9 +11,10 @@ import torch
 
 from zoopt.config import ConfigError, load_config
 from zoopt.engines.base import Sampling
-from zoopt.grpo import GRPO, LOSS_TYPES, train_grpo
+from zoopt.grpo import GRPO, LOSS_TYPES
 from zoopt.noise import Gaussian
-from zoopt.train import build_engine
+from zoopt.workflows.grpo import train_grpo
+from zoopt.workflows.run import build_engine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402
@@ -159,12 +160,9 @@ def test_train_grpo_writes_a_run_directory(tmp_path):
 
 
 def test_zoopt_grpo_command(tmp_path):
-    import argparse
+    from zoopt.cli import build_parser
 
-    from zoopt.cli_grpo import add_commands
-
-    parser = argparse.ArgumentParser(prog="zoopt")
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
     digits = f"{Path(__file__).parent / 'digits_objective.py'}:Digits"
     args = parser.parse_args(["grpo", "--quiet", "--model", "tiny", "--objective", digits,
                               *[x for s in [*TINY, "steps=2", f"run_dir={tmp_path / 'r'}"] for x in ("--set", s)]])

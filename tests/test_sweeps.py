@@ -3,7 +3,6 @@ the report, spec validation and the CLI command."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -45,7 +44,7 @@ def eval_sigma(trainer) -> dict:
 
 
 def eval_first_trial_high(trainer) -> dict:
-    return {"greedy_accuracy": 1.0 if trainer.run_dir.name == "trial-0000" else 0.0}
+    return {"greedy_accuracy": 1.0 if trainer.run_dir.path.name == "trial-0000" else 0.0}
 
 
 def eval_nan(trainer) -> dict:
@@ -237,10 +236,9 @@ def test_packaged_specs_load():
 
 # -- the CLI command -------------------------------------------------------------------------
 def test_cli_sweep_command(tmp_path, capsys):
-    from zoopt.cli_sweep import add_command
+    from zoopt.cli import build_parser
 
-    parser = argparse.ArgumentParser(prog="zoopt")
-    add_command(parser.add_subparsers(dest="command"))
+    parser = build_parser()
     spec_path = tmp_path / "mine.yaml"
     spec_path.write_text(yaml.safe_dump(tiny(budget={"steps": 1})))
     args = parser.parse_args(["sweep", str(spec_path), "--n-trials", "1", "--run-root", str(tmp_path / "runs")])

@@ -24,7 +24,7 @@ from zoopt.engines.base import Sampling  # noqa: E402
 from zoopt.engines.hf import HFEngine  # noqa: E402
 from zoopt.models import tiny_model  # noqa: E402
 from zoopt.noise import Gaussian  # noqa: E402
-from zoopt.train import Trainer  # noqa: E402
+from zoopt.workflows.train import Trainer  # noqa: E402
 from zoopt.types import Update  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -295,7 +295,7 @@ class TestSmolLM:
         and the trainer's (a separate fp32 policy built from the engine) agree to 1e-4 per token
         (measured ~3e-5 here, ~1.5e-6 on the tiny model)."""
         from zoopt.grpo import GRPO
-        from zoopt.train import build_objective
+        from zoopt.workflows.run import build_objective
 
         v, _ = smol
         trainer = GRPO(v, build_objective({"objective": "arithmetic"}), Sampling(temperature=1.0, max_new_tokens=16, n=4),

@@ -2,8 +2,10 @@
 
 * :func:`plot_pass_at_k` — pass@k against k (log₂ axis), one curve per model;
 * :func:`plot_entropy` — mean token entropy against training step;
+* :func:`plot_reward_curves` — training reward against sampled completions used, one curve per method;
 * :func:`plot_magnitude_histogram` — histogram of log10|Δθ| with the threshold τ marked;
-* :func:`plot_training_log` — reward mean/max and held-out accuracy from a JSONL metrics log.
+* :func:`plot_training_log` — reward mean/max and held-out accuracy from a JSONL metrics log;
+* :func:`plot_run` — the same for a run directory, to its ``training.png``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from .workflows.rundir import RunDir  # noqa: E402
 
 
 def _save(fig, path: str | Path) -> Path:
@@ -52,6 +56,19 @@ def plot_entropy(curves: Mapping[str, Sequence[tuple[float, float]]], path: str 
         ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("mean token entropy (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_reward_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path) -> Path:
+    """``curves[label] = [(completions used, mean training reward), ...]``; empty curves are left out."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for label, points in curves.items():
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=label)
+    ax.set_xlabel("sampled completions used")
+    ax.set_ylabel("training reward (mean)")
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
@@ -94,7 +111,29 @@ def plot_training_log(jsonl_path: str | Path, path: str | Path) -> Path:
     Each JSONL line needs ``step`` and ``reward_mean``; ``reward_max``, ``eval_accuracy`` and
     ``entropy`` are optional and plotted at the steps that have them.
     """
-    rows = sorted(_read_jsonl(jsonl_path), key=lambda r: r["step"])
+    return _plot_rows(_read_jsonl(jsonl_path), path)
+
+
+def plot_run(run_dir: str | Path) -> Path:
+    """``run_dir/training.png`` from ``run_dir/metrics.jsonl`` (as :func:`plot_training_log`).
+
+    A periodic evaluation may be logged as a separate ``{"step", "eval_accuracy"}`` line; the
+    lines of one step are merged first, so every plotted row has ``reward_mean``.
+    """
+    run = RunDir(run_dir)
+    merged: dict[int, dict] = {}
+    for n, row in enumerate(run.read_metrics(), 1):
+        if "step" not in row:
+            raise ValueError(f"{run.metrics_path}:{n}: a metrics line needs 'step'")
+        merged.setdefault(row["step"], {}).update(row)
+    rows = [r for _, r in sorted(merged.items()) if "reward_mean" in r]
+    if not rows:
+        raise ValueError(f"{run.metrics_path}: no step record with 'reward_mean'")
+    return _plot_rows(rows, run.training_plot_path)
+
+
+def _plot_rows(rows: list[dict], path: str | Path) -> Path:
+    rows = sorted(rows, key=lambda r: r["step"])
 
     def series(key):
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]

@@ -1,4 +1,8 @@
-"""Rich progress for long runs: a training bar (step, reward, tokens/s, ETA) and eval bars."""
+"""Rich progress for long runs: a training bar (step, reward, tokens/s, ETA) and eval bars.
+
+The training bar counts *units*: ES advances it once per population member, GRPO once per
+step; each finished step prints the trainer's one-line summary of its record.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +23,13 @@ class TrainProgress:
             self.console.print(f"[dim]zoopt[/dim] {text}")
 
     @contextlib.contextmanager
-    def train_progress(self, steps: int, done: int, population: int):
-        bar = _StepBar(self, steps, done, population)
+    def train_progress(self, label: str, steps: int, done: int, units_per_step: int):
+        """A bar over ``steps`` steps (``done`` already done) of ``units_per_step`` units each."""
+        bar = _StepBar(self, steps, done, units_per_step)
         if not self.enabled:
             yield bar
             return
-        with Progress(TextColumn("[bold]ES[/bold] step {task.fields[step]}/{task.fields[steps]}"),
+        with Progress(TextColumn(f"[bold]{label}[/bold] step {{task.fields[step]}}/{{task.fields[steps]}}"),
                       BarColumn(), MofNCompleteColumn(),
                       TextColumn("reward {task.fields[reward]}  {task.fields[tps]} tok/s"),
                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -68,28 +73,29 @@ class TrainProgress:
 
 
 class _StepBar:
-    def __init__(self, ui: TrainProgress, steps: int, done: int, population: int) -> None:
-        self.ui, self.steps, self.population = ui, steps, population
-        self.step = done
+    def __init__(self, ui: TrainProgress, steps: int, done: int, units_per_step: int) -> None:
+        self.ui, self.steps, self.units = ui, steps, units_per_step
+        self.step = self._first = done
         self.progress = None
         self.task = None
 
     def attach(self, progress: Progress) -> None:
         self.progress = progress
-        total = max(1, (self.steps - self.step) * self.population)
-        self.task = progress.add_task("es", total=total, step=self.step + 1, steps=self.steps, reward="-", tps="-")
+        total = max(1, (self.steps - self.step) * self.units)
+        self.task = progress.add_task("train", total=total, step=self.step + 1, steps=self.steps, reward="-", tps="-")
 
-    def member_done(self, i: int, reward: float) -> None:
+    def member_done(self, i: int, reward: float | None) -> None:
+        """One unit (an ES member) is done."""
         if self.progress is not None:
             self.progress.advance(self.task)
 
-    def step_done(self, record: dict) -> None:
+    def step_done(self, record: dict, line: str) -> None:
+        """A step is done: show its reward and tokens/s, print ``line``."""
         self.step = record["step"] + 1
         if self.progress is not None:
-            self.progress.update(self.task, step=min(self.step + 1, self.steps),
-                                 reward=f"{record['reward_mean']:.3f}/{record['reward_max']:.3f}",
-                                 tps=f"{record['tokens_per_s']:.0f}")
-            self.progress.console.print(
-                f"step {record['step']:>3}  reward mean {record['reward_mean']:.4f} max {record['reward_max']:.4f}"
-                f"  |Δ|≈{record['update_l2_expected']:.3g}  gen {record['time_generate_s']:.1f}s"
-                f"  noise {record['time_perturb_s'] + record['time_apply_s']:.1f}s")
+            reward, best, tps = (record.get(k) for k in ("reward_mean", "reward_max", "tokens_per_s"))
+            shown = "-" if reward is None else f"{reward:.3f}" + ("" if best is None else f"/{best:.3f}")
+            self.progress.update(self.task, step=min(self.step + 1, self.steps), reward=shown,
+                                 completed=(self.step - self._first) * self.units,
+                                 tps="-" if tps is None else f"{tps:.0f}")
+            self.progress.console.print(line)

@@ -18,17 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 from .atomic import atomic_directory
-
-RUN_MARKERS = ("seedlog.json", "config.yaml")
-
+from .workflows.rundir import RunDir
 
 def is_run_dir(spec: str | Path) -> bool:
     """True for a directory with a training run's ``seedlog.json`` or ``config.yaml``."""
-    path = Path(spec).expanduser()
-    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
+    run = RunDir(Path(spec).expanduser())
+    return run.path.is_dir() and (run.seedlog_path.is_file() or run.config_path.is_file())
 
 
 def resolve_model(spec: str | Path) -> str:
@@ -50,9 +47,8 @@ def run_config(spec: str | Path) -> dict | None:
     else ``None``."""
     path = Path(spec).expanduser()
     for cand in (path, path.parent) if path.name == "model" else (path,):
-        if (cand / "config.yaml").is_file():
-            cfg = yaml.safe_load((cand / "config.yaml").read_text())
-            return cfg if isinstance(cfg, dict) else None
+        if RunDir(cand).config_path.is_file():
+            return RunDir(cand).read_config()
     return None
 
 

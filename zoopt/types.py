@@ -74,8 +74,8 @@ class Update:
 
 @dataclass
 class RunResult:
-    """What a training run returns (``zoopt.train.train`` as ``TrainResult``,
-    ``zoopt.grpo.train_grpo`` as ``GRPOResult``): its directory, the final weights' checksum,
+    """What a training run returns (:func:`zoopt.workflows.loop.run_loop`, for ``train`` and
+    ``train_grpo``): its directory, the final weights' checksum,
     the steps done, the held-out evaluations before and after, and each step's record."""
 
     run_dir: Path

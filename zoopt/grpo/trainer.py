@@ -2,7 +2,7 @@
 
 One step (TRL's defaults: one optimizer step per generation batch, ``num_iterations = 1``):
 
-1. draw ``prompts_per_step`` training rows with :func:`zoopt.train.step_indices` (from
+1. draw ``prompts_per_step`` training rows with :func:`zoopt.workflows.run.step_indices` (from
    ``(seed, step)`` alone, as ES does);
 2. rollouts: ``engine.generate(prompts, sampling)`` with ``sampling.n = G`` completions per
    prompt (the group) and a sampling seed from ``(seed, step)``; score them with
@@ -33,7 +33,6 @@ under bf16 autocast); ``gradient_checkpointing`` trades compute for activation m
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -41,12 +40,11 @@ from typing import Callable
 
 import numpy as np
 import torch
-import yaml
 
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..objective import score
-from ..types import RunResult
+from ..workflows.run import sampling_from, step_indices
 from .advantages import SCALE_REWARDS, group_advantages, group_std_is_zero
 from .loss import check_loss_type, grpo_loss, token_logps, token_weights
 from .policy import policy_for, sync_same_module
@@ -148,8 +146,6 @@ class GRPO:
     @classmethod
     def from_config(cls, cfg: dict, engine, objective) -> "GRPO":
         """Build from a ``zoopt/configs/grpo.yaml``-shaped config (keys checked by ``load_config``)."""
-        from ..train import sampling_from
-
         def num(key, kind=float):
             value = cfg[key]
             try:
@@ -180,8 +176,6 @@ class GRPO:
     # -- rollouts --------------------------------------------------------------------------
     def rollout(self, step: int | None = None) -> Batch:
         """Generate, score and build the batch of ``step`` (default: the next step)."""
-        from ..train import step_indices
-
         step = self.step_count if step is None else step
         rows = self.train_data.select(step_indices(len(self.train_data), self.seed, step,
                                                    self.prompts_per_step).tolist())
@@ -320,60 +314,3 @@ class GRPO:
                       time_step_s=round(t2 - t0, 4))
         self.step_count += 1
         return record
-
-
-# --------------------------------------------------------------------------------------------
-# ``zoopt grpo``: a run directory like the ES trainer's.
-
-
-GRPOResult = RunResult  # what ``train_grpo`` returns (the same fields as ES's ``TrainResult``)
-
-
-def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None) -> GRPOResult:
-    """Run the GRPO training described by ``cfg`` (``zoopt/configs/grpo.yaml`` keys).
-
-    The run directory holds ``config.yaml``, ``metrics.jsonl`` (one line per step),
-    ``eval_before.json``/``eval_after.json``, ``checksum.txt`` and, with ``export: true``,
-    ``model/``.  There is no resume: a directory that already holds a run is refused.
-    """
-    from ..progress import TrainProgress
-    from ..train import build_engine, build_objective, evaluate_run, run_dir_for
-
-    run_dir = run_dir_for(cfg)
-    if (run_dir / "metrics.jsonl").exists():
-        raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run")
-    ui = TrainProgress(console=console, enabled=show_progress)
-    objective = objective if objective is not None else build_objective(cfg)
-    engine = engine if engine is not None else build_engine(cfg, objective)
-    trainer = GRPO.from_config(cfg, engine, objective)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    eval_on = int(cfg["eval"]["n_problems"]) > 0
-
-    def evaluate(tag: str) -> dict:
-        with ui.eval_progress(f"held-out eval ({tag})") as cb:
-            summary = evaluate_run(engine, objective, cfg, progress=cb)
-        summary["checksum"] = engine.checksum()
-        (run_dir / f"eval_{tag}.json").write_text(json.dumps(summary, indent=2))
-        return summary
-
-    before = evaluate("before") if eval_on else None
-    history = []
-    with open(run_dir / "metrics.jsonl", "a") as fh:
-        for _ in range(int(cfg["steps"])):
-            record = trainer.step()
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
-            history.append(record)
-            ui.note(f"GRPO step {record['step']:>3}  reward {record['reward_mean'] or 0:.4f}  loss {record['loss']:+.4f}"
-                    f"  |g| {record['grad_norm']:.3g}  gen {record['time_generate_s']:.1f}s"
-                    f"  train {record['time_train_s']:.1f}s"
-                    + (f"  sync {record['time_sync_s']:.1f}s  |Δlogp| ≤ {record['sampler_logp_gap_max']:.1e}"
-                       if record["sampler_logp_gap_max"] is not None else ""))
-    after = evaluate("after") if eval_on else None
-    ui.compare(before, after)
-    if cfg.get("export"):
-        ui.note(f"exported the final weights to {engine.export_pretrained(run_dir / 'model')}")
-    checksum = engine.checksum()
-    (run_dir / "checksum.txt").write_text(checksum + "\n")
-    return GRPOResult(run_dir, checksum, trainer.step_count, before, after, history)

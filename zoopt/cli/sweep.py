@@ -2,40 +2,37 @@
 
 ``SPEC`` is a spec YAML or a packaged spec name (``tiny``, ``default``, ``pareto``); see
 ``docs/sweeps.md``.  Re-running with the same study name and storage adds trials.  The
-``sweeps`` package is reached only through a lazy registry target, as the design asks of the
+``sweeps`` package is reached only through lazy registry targets, as the design asks of the
 core.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from .registry import resolve_target
+from rich.console import Console
+
+from ..registry import resolve_target
+
+HELP = "search ES or GRPO hyper-parameters with Optuna (resumable, parallel)"
 
 
-def add_command(subparsers) -> argparse.ArgumentParser:
-    """Add the ``sweep`` sub-command to ``subparsers`` (from ``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("sweep", help="search ES or GRPO hyper-parameters with Optuna (resumable, parallel)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="a sweep spec YAML, or tiny | default | pareto")
     p.add_argument("--study", metavar="NAME", help="study name (default: the spec's name)")
     p.add_argument("--storage", metavar="URL", help="Optuna RDB URL (default: sqlite under the study directory)")
     p.add_argument("--n-trials", type=int, metavar="N", help="trials to add in this call (default: the spec's)")
     p.add_argument("--workers", type=int, default=1, metavar="W", help="processes sharing the storage")
     p.add_argument("--run-root", metavar="DIR", help="parent of the study directory (default: runs/sweeps)")
-    p.set_defaults(func=sweep_command)
-    return p
 
 
-def sweep_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the sweep, then print the best trials and where the plots and ``best.yaml`` are."""
-    from pathlib import Path
-
-    from rich.console import Console
-
-    run = resolve_target("sweeps.runner:run")
+    run_sweep = resolve_target("sweeps.runner:run")
     best_table = resolve_target("sweeps.report:best_table")
-    study = run(args.spec, study_name=args.study, storage=args.storage, n_trials=args.n_trials,
-                workers=args.workers, run_root=args.run_root)
+    study = run_sweep(args.spec, study_name=args.study, storage=args.storage, n_trials=args.n_trials,
+                      workers=args.workers, run_root=args.run_root)
     console = Console()
     console.print(best_table(study))
     study_dir = Path(study.user_attrs["study_dir"])

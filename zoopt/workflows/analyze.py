@@ -14,61 +14,47 @@ tensors count once; see :mod:`zoopt.state`):
   ``retained = (acc_τ − acc_base) / (acc_trained − acc_base)`` (``None`` when TRAINED did not
   change the accuracy).
 
-Evaluation settings come from a run config (``zoopt/configs/train.yaml`` keys) and call
-:func:`zoopt.evaluate.evaluate` with exactly the arguments of :func:`zoopt.train.evaluate_run`,
-so an accuracy here equals the training loop's at the same settings.
+Evaluation settings come from a run config (``zoopt/configs/train.yaml`` keys) and go through
+:func:`zoopt.workflows.run.evaluate_config`, as the training loop's do, so an accuracy here
+equals the training loop's at the same settings.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import torch
+from rich.table import Table
 
-from . import plots
-from .metrics import (TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group,
-                      threshold_state_dict)
-from .state import LoadedModel, load_params, save_with_params
+from .. import plots
+from ..evaluate import EvalResult
+from ..metrics import (TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group,
+                       threshold_state_dict)
+from ..models import ModelLoadError
+from ..state import LoadedModel, load_params, save_with_params
+from .run import build_engine, build_objective, eval_kwargs, evaluate_config
 
 Params = dict[str, torch.Tensor]
 
 
 # -- evaluation ---------------------------------------------------------------------------
-def eval_kwargs(cfg: dict) -> dict:
-    """``evaluate`` keyword arguments from a run config, as :func:`zoopt.train.evaluate_run`
-    builds them (``eval.n_samples = 0`` ⇒ greedy only)."""
-    ev = cfg["eval"]
-    n_samples = int(ev["n_samples"]) or None
-    return dict(split="test", n_problems=int(ev["n_problems"]),
-                ks=tuple(int(k) for k in ev["ks"]) if n_samples else (1,), n_samples=n_samples,
-                temperature=float(ev["temperature"]), max_new_tokens=int(ev["max_new_tokens"]),
-                greedy=True, batch_size=int(cfg["batch_size"]), seed=int(cfg["seed"]),
-                timeout_s=float(cfg["reward_timeout_s"]))
-
-
-def evaluate_model(cfg: dict, objective=None, progress=None):
+def evaluate_model(cfg: dict, objective=None, progress=None) -> EvalResult:
     """Evaluate ``cfg["model"]`` (engine ``cfg["engine"]`` in ``cfg["dtype"]``) on ``objective``
     (default: built from ``cfg``); returns the ``EvalResult`` with the working weights'
     ``checksum`` added to its summary (comparable with a run's ``eval_after.json``)."""
-    from .evaluate import evaluate
-    from .models import ModelLoadError
-    from .engines.base import close_engine
-    from .train import build_engine, build_objective
-
     objective = objective if objective is not None else build_objective(cfg)
     try:
         engine = build_engine(cfg, objective)
     except ModelLoadError as exc:  # the CLI reports ValueErrors as one-line errors
         raise ValueError(str(exc)) from None
     try:
-        result = evaluate(engine, objective, progress=progress, **eval_kwargs(cfg))
+        result = evaluate_config(engine, objective, cfg, progress=progress)
         result.summary["checksum"] = engine.checksum()
     finally:
-        close_engine(engine)
+        engine.close()
     return result
 
 
@@ -142,8 +128,6 @@ def analyze(base_spec: str, trained_spec: str, out: str | Path, *, tau: float = 
 
 
 def _evaluate_all(report: dict, eval_cfg: dict, progress) -> dict:
-    from .train import build_objective
-
     objective = build_objective(eval_cfg)
 
     def run(path: str) -> dict:
@@ -184,8 +168,6 @@ def _fmt(value, spec: str = ".4f") -> str:
 
 def tables(report: dict) -> list:
     """Rich tables: drift and shares per group; thresholds (with accuracies when evaluated)."""
-    from rich.table import Table
-
     tau = report["tau"]
     t = Table(title=f"weight change {report['base']} → {report['trained']}  (τ = {tau:g})")
     for col in ("group", "D_rel", "weights", "moved", "|Δ| ≤ τ of moved", "|Δ| > τ of moved"):
@@ -214,31 +196,3 @@ def tables(report: dict) -> list:
                       _fmt(rec.get("greedy_accuracy_retained"), ".2f"))
         out.append(t)
     return out
-
-
-# -- training logs ------------------------------------------------------------------------
-def plot_run(run_dir: str | Path) -> Path:
-    """``run_dir/training.png`` from ``run_dir/metrics.jsonl`` (:func:`plots.plot_training_log`).
-
-    The trainer logs periodic evaluations as separate ``{"step", "eval_accuracy"}`` lines;
-    they are merged into that step's record first, so every line the plot reads has
-    ``reward_mean``.
-    """
-    run_dir = Path(run_dir)
-    log = run_dir / "metrics.jsonl"
-    if not log.is_file():
-        raise FileNotFoundError(f"no metrics.jsonl in run directory {str(run_dir)!r}")
-    merged: dict[int, dict] = {}
-    for n, line in enumerate(log.read_text().splitlines(), 1):
-        if line.strip():
-            row = json.loads(line)
-            if "step" not in row:
-                raise ValueError(f"{log}:{n}: a metrics line needs 'step'")
-            merged.setdefault(row["step"], {}).update(row)
-    rows = [r for _, r in sorted(merged.items()) if "reward_mean" in r]
-    if not rows:
-        raise ValueError(f"{log}: no step record with 'reward_mean'")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "metrics.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return plots.plot_training_log(path, run_dir / "training.png")

@@ -10,7 +10,8 @@ with P = min(prompts_per_step, rows of the training split) — what the trainers
 Phase i gets ``allotted = ⌊f_i · budget⌋`` completions and runs ``steps = ⌊allotted / per
 step⌋`` steps (rounding down: a phase never exceeds its share; a share smaller than one step
 is an error), so it uses ``steps × per step ≤ allotted`` completions; both numbers are
-reported, and :func:`count_completions` measures the completions actually generated.
+reported, with the completions actually generated (the engine's ``stats.sequences`` over the
+phase).
 
 Phase i runs with ``seed + i`` (phase 0 keeps the run's seed, so the first half of ES→GRPO
 is step for step the first half of ES alone).  An ES phase that follows another phase starts
@@ -21,15 +22,13 @@ the ES phases after it perturb and update the GRPO weights.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, default_config, merge
+from ..config import ConfigError, default_config, merge
+from .trainers import METHODS, start_run
 
-METHODS = ("es", "grpo")
 BASE_CONFIG = {"es": "train", "grpo": "grpo"}
 PHASE_KEYS = {"method", "budget_fraction", "overrides"}
 
@@ -127,35 +126,6 @@ def plan(phases: list[Phase], budget: int, shared: dict, method_overrides: dict,
     return planned
 
 
-class CompletionCounter:
-    calls = 0
-    completions = 0
-
-
-@contextlib.contextmanager
-def count_completions(engine):
-    """Count what ``engine.generate`` returns while the block runs (an instance-level wrapper;
-    nests, and puts back whatever was there before)."""
-    counter = CompletionCounter()
-    had_own = "generate" in vars(engine)
-    original = engine.generate
-
-    def generate(prompts, sampling):
-        out = original(prompts, sampling)
-        counter.calls += 1
-        counter.completions += sum(len(per_prompt) for per_prompt in out)
-        return out
-
-    engine.generate = generate
-    try:
-        yield counter
-    finally:
-        if had_own:
-            engine.generate = original
-        else:
-            del engine.generate  # back to the class method
-
-
 def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | Path, log=None) -> list[dict]:
     """Run each phase in order on ``engine``; one summary dict per phase (JSON-able).
 
@@ -166,11 +136,10 @@ def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | 
     summaries = []
     for i, phase in enumerate(planned):
         phase_dir = run_dir / f"phase{i}-{phase.method}"
-        t0 = time.perf_counter()
-        with count_completions(engine) as counter:
-            rewards = _run_phase(i, phase, phase_dir, engine, objective, log)
+        t0, generated = time.perf_counter(), engine.stats.sequences
+        rewards = _run_phase(i, phase, phase_dir, engine, objective, log)
         summaries.append({**{k: v for k, v in phase.to_dict().items() if k != "config"},
-                          "dir": str(phase_dir), "completions_generated": counter.completions,
+                          "dir": str(phase_dir), "completions_generated": engine.stats.sequences - generated,
                           "reward_first": rewards[0], "reward_last": rewards[-1],
                           "wall_s": round(time.perf_counter() - t0, 3)})
     return summaries
@@ -178,30 +147,14 @@ def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | 
 
 def _run_phase(i: int, phase: PlannedPhase, phase_dir: Path, engine, objective, log) -> list[float]:
     """The steps of one phase (its trainer, and GRPO's AdamW state, are freed on return)."""
-    import yaml
-
-    from .grpo import GRPO
-    from .train import Trainer
-
     cfg = dict(phase.cfg, run_dir=str(phase_dir), export=False)
     cfg["eval"] = dict(cfg["eval"], n_problems=0)
-    if phase.method == "es":
-        if i > 0:
-            cfg["model"] = str(engine.export_pretrained(phase_dir / "start_model"))
-        trainer = Trainer(cfg, phase_dir, engine=engine, objective=objective)
-        step, write = trainer.step, trainer.log
-    else:
-        phase_dir.mkdir(parents=True, exist_ok=True)
-        (phase_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        step = GRPO.from_config(cfg, engine, objective).step
-
-        def write(record, path=phase_dir / "metrics.jsonl"):
-            with open(path, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+    if phase.method == "es" and i > 0:
+        cfg["model"] = str(engine.export_pretrained(phase_dir / "start_model"))
+    trainer = start_run(phase.method, cfg, phase_dir, engine=engine, objective=objective)
     rewards = []
     for _ in range(phase.steps):
-        record = step()
-        write(record)
+        record = trainer.step()
         rewards.append(record["reward_mean"])
         if log:
             log(f"{phase_dir.name} step {record['step']}: reward {record['reward_mean']:.4f}")

@@ -1,18 +1,18 @@
 """``zoopt compare``: base, ES, GRPO, ES→GRPO and GRPO→ES from one base model at equal budgets.
 
-Each method is a schedule (:mod:`zoopt.schedule`) given the same ``budget`` of sampled
+Each method is a schedule (:mod:`zoopt.workflows.schedule`) given the same ``budget`` of sampled
 completions; ``base`` is the empty schedule.  Every method starts from the same base
-weights, is evaluated with the same settings (:func:`zoopt.train.evaluate_run` on the
+weights, is evaluated with the same settings (:func:`zoopt.workflows.run.evaluate_run` on the
 ``eval`` block and ``seed`` of the compare config), and reports
 
 * Pass@k and Maj@k for the configured ``eval.ks`` (with ``eval.n_samples`` samples), greedy
   accuracy, mean sampled reward and mean token entropy;
 * D_rel = ‖θ − θ₀‖₂ / ‖θ₀‖₂ against the base (:func:`zoopt.metrics.relative_drift`);
-* the completions planned and actually generated (counted at ``engine.generate``);
+* the completions planned and actually generated (the engine's ``stats.sequences``);
 * wall time (training, evaluation, the whole method) and peak memory.
 
 With ``isolate: true`` (the default) each method runs in its own Python process
-(``python -m zoopt.compare --worker``), so its peak resident memory is its own: it is read
+(``python -m zoopt.workflows.compare --worker``), so its peak resident memory is its own: it is read
 twice, inside the child (``VmHWM`` of ``/proc/self/status``) and by the parent from the
 child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (see
 ``_LAUNCHER`` for why not the parent itself), and both are reported (MiB).  In-process
@@ -31,10 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from .config import ConfigError, config_items, default_config, merge
-from .schedule import parse_schedule, plan, run_schedule
+from ..config import ConfigError, config_items, default_config, merge
+from ..metrics import relative_drift
+from ..models import load_model
+from ..plots import plot_pass_at_k, plot_reward_curves
+from .run import build_engine, build_objective, evaluate_run, run_dir_for
+from .rundir import RunDir
+from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
 SHARED_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -85,7 +88,7 @@ def shared_config(cfg: dict) -> dict:
 
 
 def eval_config(cfg: dict) -> dict:
-    """The config :func:`zoopt.train.evaluate_run` reads: the same for every method."""
+    """The config :func:`zoopt.workflows.run.evaluate_run` reads: the same for every method."""
     return {"eval": dict(cfg["eval"]), "batch_size": cfg["batch_size"], "seed": cfg["seed"],
             "reward_timeout_s": cfg["reward_timeout_s"]}
 
@@ -105,18 +108,14 @@ def run_method(spec: dict, objective=None) -> dict:
     ``spec``: ``name``, ``dir``, ``shared`` (model/engine keys), ``eval`` (see
     :func:`eval_config`) and ``phases`` (``PlannedPhase.to_dict()`` entries).
     """
-    from .engines.base import close_engine
-    from .schedule import PlannedPhase
-    from .train import build_engine, build_objective, evaluate_run
-
     t0 = time.perf_counter()
     method_dir = Path(spec["dir"])
     method_dir.mkdir(parents=True, exist_ok=True)
     objective = objective if objective is not None else build_objective(spec["shared"])
-    engine = build_engine(spec["shared"], objective)
-    t_loaded = time.perf_counter()
     planned = [PlannedPhase(p["method"], p["config"], p["steps"], p["completions_per_step"], p["allotted"])
                for p in spec["phases"]]
+    engine = build_engine(spec["shared"], objective)
+    t_loaded = time.perf_counter()
     try:
         phases = run_schedule(planned, engine, objective, method_dir)
         t_trained = time.perf_counter()
@@ -125,7 +124,7 @@ def run_method(spec: dict, objective=None) -> dict:
         model_dir = engine.export_pretrained(method_dir / "model")
         checksum = engine.checksum()
     finally:
-        close_engine(engine)
+        engine.close()
     return {"name": spec["name"], "phases": phases, "eval": summary, "model_dir": str(model_dir),
             "checksum": checksum,
             "completions": sum(p["completions"] for p in phases),
@@ -167,13 +166,13 @@ with open(sys.argv[1], "w") as fh:
 
 
 def _run_isolated(spec: dict, method_dir: Path) -> dict:
-    """Run ``spec`` in ``python -m zoopt.compare --worker``; add the child's rusage peak RSS."""
+    """Run ``spec`` in ``python -m zoopt.workflows.compare --worker``; add the child's rusage peak RSS."""
     method_dir.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, usage_path = method_dir / "spec.json", method_dir / "result.json", method_dir / "rusage.json"
     spec_path.write_text(json.dumps(spec, indent=2))
     t0 = time.perf_counter()
     with open(method_dir / "worker.log", "w") as log:
-        subprocess.run([sys.executable, "-c", _LAUNCHER, str(usage_path), sys.executable, "-m", "zoopt.compare",
+        subprocess.run([sys.executable, "-c", _LAUNCHER, str(usage_path), sys.executable, "-m", "zoopt.workflows.compare",
                         "--worker", str(spec_path), str(out_path)], stdout=log, stderr=subprocess.STDOUT)
     usage = json.loads(usage_path.read_text()) if usage_path.exists() else {"exit": None}
     if usage["exit"] != 0 or not out_path.exists():
@@ -192,13 +191,7 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
     ``objective`` (an object) is only usable in-process (``isolate: false``); children build
     theirs from ``cfg["objective"]``.
     """
-    from .train import build_objective, run_dir_for
-
-    if cfg.get("run_dir"):
-        run_dir = Path(cfg["run_dir"])
-    else:
-        default = run_dir_for(cfg)
-        run_dir = default.with_name("compare-" + default.name)
+    run_dir = run_dir_for(cfg, prefix="compare-")
     if (run_dir / "compare.json").exists():
         raise ConfigError(f"run_dir {str(run_dir)!r} already holds a comparison")
     isolate = bool(cfg["isolate"])
@@ -206,8 +199,7 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
         raise ConfigError("an objective object cannot cross a process boundary: use isolate=false or a name")
     obj = objective if objective is not None else build_objective(cfg)
     planned = plan_methods(cfg, len(obj.dataset("train")))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    RunDir(run_dir).write_config(cfg)
     results = []
     for name, phases in planned.items():
         spec = {"name": name, "dir": str(run_dir / name), "shared": shared_config(cfg), "eval": eval_config(cfg),
@@ -236,15 +228,11 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
 
 
 def _state(path: str, dtype: str) -> dict:
-    from .models import load_model
-
     model, _ = load_model(path, dtype=dtype)
     return {n: p.detach().float() for n, p in model.named_parameters()}
 
 
 def _table(cfg: dict, results: list[dict]) -> list[dict]:
-    from .metrics import relative_drift
-
     base = _state(cfg["model"], cfg["dtype"])
     ks = [int(k) for k in cfg["eval"]["ks"]] if int(cfg["eval"]["n_samples"]) else []
     rows = []
@@ -284,39 +272,25 @@ def _markdown(cfg: dict, table: list[dict]) -> str:
 
 
 def _plots(run_dir: Path, cfg: dict, results: list[dict]) -> list[Path]:
-    import matplotlib.pyplot as plt
-
-    from .plots import plot_pass_at_k
-
     figures = []
     ks = [int(k) for k in cfg["eval"]["ks"]]
     if int(cfg["eval"]["n_samples"]):
         curves = {r["name"]: {k: r["eval"][f"pass@{k}"] for k in ks} for r in results}
         figures.append(plot_pass_at_k(curves, run_dir / "pass_at_k.png"))
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    rewards = {}
     for r in results:
-        xs, ys, used = [], [], 0
+        points, used = [], 0
         for p in r["phases"]:
-            for line in (Path(p["dir"]) / "metrics.jsonl").read_text().splitlines():
+            for record in RunDir(p["dir"]).read_metrics():
                 used += p["completions_per_step"]
-                reward = json.loads(line)["reward_mean"]
-                if reward is not None:
-                    xs.append(used)
-                    ys.append(reward)
-        if xs:
-            ax.plot(xs, ys, marker=".", label=r["name"])
-    ax.set_xlabel("sampled completions used")
-    ax.set_ylabel("training reward (mean)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "train_reward.png", format="png", dpi=120)
-    plt.close(fig)
-    figures.append(run_dir / "train_reward.png")
+                if record["reward_mean"] is not None:
+                    points.append((used, record["reward_mean"]))
+        rewards[r["name"]] = points
+    figures.append(plot_reward_curves(rewards, run_dir / "train_reward.png"))
     return figures
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
         sys.exit(_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m zoopt.compare --worker SPEC.json OUT.json (use `zoopt compare` instead)")
+    sys.exit("usage: python -m zoopt.workflows.compare --worker SPEC.json OUT.json (use `zoopt compare` instead)")
