@@ -147,8 +147,9 @@ class TrainConfig(Config):
     eval: EvalConfig = section(EvalConfig, "held-out evaluation before and after training")
     batch_size: int = _batch_size()
     noise_cache_gb: float | str | None = hp(
-        "auto", "keep members' fp32 noise for the update (N × 4 bytes/param); auto: 40 % of free RAM on CPU, "
-        "0 on GPU; null: 0", number(ge=0, null=True, also=("auto",)))
+        "auto", "keep members' fp32 noise for the update (N × 4 bytes/param); a budget per host, split "
+        "equally among the engines on it; auto: 40 % of free RAM on CPU, 0 on GPU; null: 0",
+        number(ge=0, null=True, also=("auto",)))
     run_dir: str | None = _run_dir()
     export: bool = _export()
 
