@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from zoopt.config import ConfigError, default_config, load_config
+from zoopt.engines.base import Sampling
 from zoopt.hparams import (GENERATED, GRPOConfig, NoiseConfig, TrainConfig, from_dict, to_dict, to_yaml,
                            validate)
 
@@ -265,3 +266,16 @@ def test_grpo_choices_are_the_loss_and_advantage_modules():
     rules = {f.name: f.metadata.get("rule") for f in dataclasses.fields(GRPOConfig)}
     assert rules["loss_type"].choices == LOSS_TYPES and rules["scale_rewards"].choices == SCALE_REWARDS
 
+
+def test_grpo_takes_its_hyper_parameters_from_grpo_config():
+    from zoopt.grpo import GRPO
+
+    sampling = Sampling(temperature=1.0, n=2)
+    with pytest.raises(ConfigError, match="^config key 'lr' must be a number > 0, got 0$"):
+        GRPO(None, None, sampling, lr=0)  # checked before the engine is touched
+    with pytest.raises(ConfigError, match="^config key 'loss_type' must be one of"):
+        GRPO(None, None, sampling, loss_type="ppo")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sigma'"):
+        GRPO(None, None, sampling, sigma=0.1)
+    assert set(GRPOConfig.TRAINER_KEYS) <= {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert GRPOConfig().trainer_kwargs()["lr"] == 1e-6

@@ -43,10 +43,11 @@ import torch
 
 from ..config import ConfigError
 from ..engines.base import Sampling
+from ..hparams import GRPOConfig, from_dict, to_dict
 from ..objective import score
-from ..workflows.run import sampling_from, step_indices
-from .advantages import SCALE_REWARDS, group_advantages, group_std_is_zero
-from .loss import check_loss_type, grpo_loss, token_logps, token_weights
+from ..workflows.run import step_indices
+from .advantages import group_advantages, group_std_is_zero
+from .loss import grpo_loss, token_logps, token_weights
 from .policy import policy_for, sync_same_module
 
 
@@ -74,40 +75,25 @@ class GRPO:
     """GRPO on ``engine`` (``generate``, ``encode``, ``restore``; a ``module`` to train, or
     ``load_weights``/``state_dict`` for a separate policy, see :mod:`zoopt.grpo.policy`) and
     ``objective`` (TRL reward signature + ``dataset``).  ``policy``/``sync_weights`` override
-    :func:`~zoopt.grpo.policy.policy_for`'s choice.  Hyper-parameters and defaults are
-    TRL's (``GRPOConfig``, TRL 1.16): ``loss_type="dapo"``, ``beta=0``, ``epsilon=0.2``,
-    ``num_iterations=1``, ``scale_rewards="group"``, AdamW with ``lr=1e-6``, betas
-    (0.9, 0.999), eps 1e-8, no weight decay, ``max_grad_norm=1.0`` (0 or None: no clipping).
+    :func:`~zoopt.grpo.policy.policy_for`'s choice.  ``hparams`` are the keys of
+    :attr:`zoopt.hparams.GRPOConfig.TRAINER_KEYS` (``lr=1e-5``, ``loss_type="grpo"``, ...): their
+    defaults and rules are :class:`~zoopt.hparams.GRPOConfig`'s (TRL 1.16's ``GRPOConfig``
+    defaults; table in docs/configuration.md), and a bad value raises
+    :class:`~zoopt.config.ConfigError` naming the key.
     """
 
-    def __init__(self, engine, objective, sampling: Sampling, *, prompts_per_step: int = 8,
-                 lr: float = 1e-6, loss_type: str = "dapo", epsilon: float = 0.2,
-                 epsilon_high: float | None = None, beta: float = 0.0, scale_rewards: str = "group",
-                 num_iterations: int = 1, micro_batch_size: int = 8, gradient_checkpointing: bool = False,
-                 autocast_bf16: bool = False, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
-                 adam_betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, seed: int = 0,
-                 reward_timeout_s: float = 5.0, policy: torch.nn.Module | None = None,
-                 sync_weights: Callable[[object, torch.nn.Module], None] | None = None) -> None:
-        check_loss_type(loss_type)
-        if scale_rewards not in SCALE_REWARDS:
-            raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale_rewards!r}")
+    def __init__(self, engine, objective, sampling: Sampling, *, policy: torch.nn.Module | None = None,
+                 sync_weights: Callable[[object, torch.nn.Module], None] | None = None, **hparams) -> None:
+        unknown = sorted(set(hparams) - set(GRPOConfig.TRAINER_KEYS))
+        if unknown:
+            raise TypeError(f"GRPO() got an unexpected keyword argument {unknown[0]!r} "
+                            f"(hyper-parameters: {', '.join(GRPOConfig.TRAINER_KEYS)})")
+        hp = self.hparams = GRPOConfig(**hparams)  # validates every value
         if sampling.greedy:
             raise ValueError("sampling.temperature must be > 0 for GRPO: greedy samples of a group are identical")
         if sampling.n < 2:
             raise ValueError(f"sampling.n (the group size) must be ≥ 2 for GRPO, got {sampling.n}")
 
-        def is_int(v, low):
-            return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-        for name, value, ok, rule in (
-                ("lr", lr, lr > 0, "> 0"), ("epsilon", epsilon, epsilon >= 0, "≥ 0"),
-                ("epsilon_high", epsilon_high, epsilon_high is None or epsilon_high >= 0, "≥ 0 or null"),
-                ("beta", beta, beta >= 0, "≥ 0"), ("weight_decay", weight_decay, weight_decay >= 0, "≥ 0"),
-                ("num_iterations", num_iterations, is_int(num_iterations, 1), "an integer ≥ 1"),
-                ("micro_batch_size", micro_batch_size, is_int(micro_batch_size, 1), "an integer ≥ 1"),
-                ("prompts_per_step", prompts_per_step, is_int(prompts_per_step, 1), "an integer ≥ 1")):
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {value!r}")
         self.engine, self.objective, self.sampling = engine, objective, sampling
         if policy is None:
             policy, default_sync = policy_for(engine)
@@ -117,14 +103,14 @@ class GRPO:
         if any(p.dtype != torch.float32 for p in self.policy.parameters()):
             raise ValueError("GRPO trains fp32 weights: load the model with dtype=float32 "
                              "(autocast_bf16=true gives bf16 compute)")
-        self.prompts_per_step, self.loss_type = prompts_per_step, loss_type
-        self.epsilon, self.epsilon_high, self.beta = float(epsilon), epsilon_high, float(beta)
-        self.scale_rewards, self.num_iterations = scale_rewards, num_iterations
-        self.micro_batch_size, self.autocast_bf16 = micro_batch_size, bool(autocast_bf16)
-        self.max_grad_norm = float(max_grad_norm) if max_grad_norm else None
-        self.seed, self.reward_timeout_s, self.sync_weights = int(seed), float(reward_timeout_s), sync_weights
+        self.prompts_per_step, self.loss_type = hp.prompts_per_step, hp.loss_type
+        self.epsilon, self.epsilon_high, self.beta = hp.epsilon, hp.epsilon_high, hp.beta
+        self.scale_rewards, self.num_iterations = hp.scale_rewards, hp.num_iterations
+        self.micro_batch_size, self.autocast_bf16 = hp.micro_batch_size, hp.autocast_bf16
+        self.max_grad_norm = hp.max_grad_norm or None
+        self.seed, self.reward_timeout_s, self.sync_weights = hp.seed, hp.reward_timeout_s, sync_weights
         self.step_count = 0
-        self.gradient_checkpointing = bool(gradient_checkpointing)
+        self.gradient_checkpointing = hp.gradient_checkpointing
         if self.gradient_checkpointing:
             enable = getattr(self.policy, "activation_checkpointing_enable", None)  # transformers ≥ 5.2x
             if enable is not None:
@@ -138,38 +124,17 @@ class GRPO:
         if self.beta != 0.0:  # the frozen reference: the policy as GRPO found it
             self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=float(lr), betas=tuple(adam_betas),
-                                           eps=float(adam_eps), weight_decay=float(weight_decay))
+        self.optimizer = torch.optim.AdamW(self.params, lr=hp.lr, betas=hp.adam_betas, eps=hp.adam_eps,
+                                           weight_decay=hp.weight_decay)
         self.train_data = objective.dataset("train")
         self.columns = [c for c in self.train_data.column_names if c != "prompt"]
 
     @classmethod
     def from_config(cls, cfg: dict, engine, objective) -> "GRPO":
-        """Build from a ``zoopt/configs/grpo.yaml``-shaped config (keys checked by ``load_config``)."""
-        def num(key, kind=float):
-            value = cfg[key]
-            try:
-                if kind is int and (isinstance(value, bool) or float(value) != int(value)):
-                    raise ValueError
-                return kind(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"config key {key!r} must be {'an integer' if kind is int else 'a number'}, "
-                                  f"got {value!r}") from None
-
-        betas = cfg["adam_betas"]
-        if not (isinstance(betas, (list, tuple)) and len(betas) == 2):
-            raise ConfigError(f"config key 'adam_betas' must be a pair [beta1, beta2], got {betas!r}")
+        """Build from a ``grpo`` config dict (:class:`~zoopt.hparams.GRPOConfig`'s keys, every value checked)."""
+        hp = from_dict(GRPOConfig, cfg)
         try:
-            return cls(engine, objective, sampling_from(cfg), prompts_per_step=num("prompts_per_step", int),
-                       lr=num("lr"), loss_type=cfg["loss_type"], epsilon=num("epsilon"),
-                       epsilon_high=None if cfg["epsilon_high"] is None else num("epsilon_high"),
-                       beta=num("beta"), scale_rewards=cfg["scale_rewards"],
-                       num_iterations=num("num_iterations", int), micro_batch_size=num("micro_batch_size", int),
-                       gradient_checkpointing=bool(cfg["gradient_checkpointing"]),
-                       autocast_bf16=bool(cfg["autocast_bf16"]),
-                       max_grad_norm=None if cfg["max_grad_norm"] is None else num("max_grad_norm"),
-                       weight_decay=num("weight_decay"), adam_betas=(float(betas[0]), float(betas[1])),
-                       adam_eps=num("adam_eps"), seed=num("seed", int), reward_timeout_s=num("reward_timeout_s"))
+            return cls(engine, objective, Sampling(**to_dict(hp.sampling)), **hp.trainer_kwargs())
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
