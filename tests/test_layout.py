@@ -170,3 +170,11 @@ def test_the_core_never_imports_a_plugin_package(modules):
            for name, path in modules.items() if name.split(".")[0] == "zoopt"
            for e in imports_of(name, path, modules) if e.target.split(".")[0] in PLUGINS]
     assert not bad, "the core reaches plugins through registry lazy targets only:\n" + "\n".join(bad)
+
+
+def test_cli_commands_import_no_other_command(modules):
+    commands = {n for n in modules if n.startswith("zoopt.cli.") and n not in ("zoopt.cli.common", "zoopt.cli.__main__")}
+    assert {"zoopt.cli.train", "zoopt.cli.grpo", "zoopt.cli.sweep"} <= commands
+    bad = [f"{e.source} imports {e.target}" for name in commands for e in imports_of(name, modules[name], modules)
+           if e.target in commands | {"zoopt.cli"}]
+    assert not bad, "a command module imports another command (shared flags go to zoopt.cli.common): " + "; ".join(bad)

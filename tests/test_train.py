@@ -127,5 +127,10 @@ def test_noise_cache_setting():
 
     assert noise_cache_bytes(0, "cpu") == 0 and noise_cache_bytes(1.5, "cpu") == int(1.5 * 2**30)
     assert noise_cache_bytes("auto", "cuda:0") == 0 and noise_cache_bytes("auto", "cpu") > 0
+    # a budget per host: the engines sharing it split it
+    assert noise_cache_bytes(3, "cpu", engines_on_host=4) == 3 * 2**30 // 4
+    assert 0 < noise_cache_bytes("auto", "cpu", engines_on_host=8) < noise_cache_bytes("auto", "cpu") // 4
+    with pytest.raises(ValueError, match="engines_on_host"):
+        noise_cache_bytes(1, "cpu", engines_on_host=0)
     with pytest.raises(ConfigError, match="noise_cache_gb"):
         noise_cache_bytes("lots", "cpu")
