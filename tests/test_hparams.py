@@ -279,3 +279,14 @@ def test_grpo_takes_its_hyper_parameters_from_grpo_config():
         GRPO(None, None, sampling, sigma=0.1)
     assert set(GRPOConfig.TRAINER_KEYS) <= {f.name for f in dataclasses.fields(GRPOConfig)}
     assert GRPOConfig().trainer_kwargs()["lr"] == 1e-6
+
+
+def test_build_es_checks_a_dict_that_did_not_come_through_load_config():
+    """Schedules and sweeps build train dicts with ``merge``: the ES shell still gets checked values."""
+    from zoopt.noise import LowRank
+    from zoopt.workflows.run import build_es
+
+    with pytest.raises(ConfigError, match="^config key 'sigma' must be a number > 0, got 'abc'$"):
+        build_es({**default_config("train"), "sigma": "abc"})
+    es = build_es({**default_config("train"), "sigma": "5e-2", "noise": {"kind": "low_rank", "rank": 2}})
+    assert es.sigma == 0.05 and es.lr == 2.5e-3 and es.population_size == 16 and es.noise == LowRank(rank=2)

@@ -19,6 +19,7 @@ from ..config import ConfigError
 from ..engines.base import Sampling
 from ..es import ES
 from ..evaluate import EvalResult, evaluate
+from ..hparams import TrainConfig, from_dict, to_dict
 from ..noise import noise_from_dict
 from ..registry import ENGINES, ESTIMATORS, build, resolve_target
 
@@ -27,9 +28,11 @@ OBJECTIVES_LOAD = "objectives:load"
 
 
 def build_es(cfg: dict) -> ES:
-    estimator = build(ESTIMATORS, cfg["estimator"], shaping=cfg["shaping"], scaling=cfg["scaling"])
-    return ES(estimator, noise=noise_from_dict(cfg["noise"]), lr=float(cfg["lr"]), sigma=float(cfg["sigma"]),
-              population_size=int(cfg["population_size"]), seed=int(cfg["seed"]))
+    """The ES shell of a ``train`` config dict (:class:`~zoopt.hparams.TrainConfig` keys, every value checked)."""
+    hp = from_dict(TrainConfig, cfg)
+    estimator = build(ESTIMATORS, hp.estimator, shaping=hp.shaping, scaling=hp.scaling)
+    return ES(estimator, noise=noise_from_dict(to_dict(hp.noise)), lr=hp.lr, sigma=hp.sigma,
+              population_size=hp.population_size, seed=hp.seed)
 
 
 def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
