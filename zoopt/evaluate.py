@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rich.progress import Progress
+from rich.table import Table
+
 from .engines.base import Completion, Sampling
 from .metrics import bootstrap_ci, maj_at_k, mean_token_entropy, pass_at_k
 from .objective import score
@@ -60,8 +63,6 @@ class EvalResult:
 
     def table(self):
         """A :class:`rich.table.Table` of the summary metrics with their CIs."""
-        from rich.table import Table
-
         table = Table(title=f"evaluation ({self.summary.get('split')}, "
                             f"{self.summary.get('n_problems')} problems)")
         table.add_column("metric")
@@ -109,8 +110,6 @@ def _generate(engine, prompts: list, sampling: Sampling, batch_size: int | None,
 
 
 def _rich_progress() -> tuple[ProgressFn, Callable[[], None]]:
-    from rich.progress import Progress
-
     bar = Progress(transient=True)
     bar.start()
     tasks: dict[str, Any] = {}

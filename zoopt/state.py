@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .atomic import atomic_directory
+from .models import ModelLoadError, load_model
 from .workflows.rundir import RunDir
 
 def is_run_dir(spec: str | Path) -> bool:
@@ -74,8 +75,6 @@ class LoadedModel:
 
 def load_params(spec: str | Path, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load ``spec`` (see the module doc) and clone its named parameters."""
-    from .models import ModelLoadError, load_model
-
     path = resolve_model(spec)
     try:
         model, tokenizer = load_model(path, dtype=dtype, device=device)
