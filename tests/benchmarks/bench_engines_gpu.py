@@ -13,6 +13,12 @@ before the next starts, on the same prompts:
   generate, restore — then ``apply`` of an update over all member seeds; the parts are
   reported too (``perturb_s``, ``generate_s``, ``restore_s``, ``apply_s``: totals per step).
 
+For the HF engine it also measures the batched low-rank population (``--batched-members`` N,
+0 to skip): one ``generate_population`` of ``LowRank(rank=1)`` over N members × the prompts
+(``batched_population_s``) against one plain ``generate`` of the same N × prompts rows at the
+base weights (``pure_batch_s``), both as one batch of N × prompts rows after a warm-up; the
+ratio ``batched_over_pure`` is the cost of the perturbations (EGGROLL's "% of pure batch").
+
 ``--model`` is a zoopt model name or directory, or ``random:qwen2.5-0.5b`` (a randomly
 initialised model of Qwen2.5-0.5B's shape, for machines without the embedded weights; it uses
 zoopt's tiny character tokenizer, so prompts are short plain text).
@@ -93,6 +99,28 @@ def measure(engine, args) -> dict:
             "checksum": engine.checksum()}
 
 
+def measure_batched(engine, args) -> dict:
+    from zoopt.engines.base import Sampling
+    from zoopt.noise import LowRank
+    from zoopt.types import Member, Population
+
+    n, ps = args.batched_members, prompts(args.prompts)
+    greedy = Sampling(temperature=0.0, max_new_tokens=args.max_new_tokens)
+    pop = Population(step=0, sigma=args.sigma, members=tuple(Member(2000 + i // 2, 1 - 2 * (i % 2)) for i in range(n)))
+    engine.batch_size = n * len(ps)  # one batch of every row, both ways
+    rows = [p for _ in range(n) for p in ps]
+    engine.generate(rows, greedy)  # warm-up at full size
+    engine.generate_population(LowRank(rank=1), pop, ps, greedy)
+    t0 = time.perf_counter()
+    engine.generate(rows, greedy)
+    pure = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine.generate_population(LowRank(rank=1), pop, ps, greedy)
+    batched = time.perf_counter() - t0
+    return {"batched_members": n, "pure_batch_s": round(pure, 3), "batched_population_s": round(batched, 3),
+            "batched_over_pure": round(batched / pure, 3)}
+
+
 def run_engine(kind: str, path: str, args) -> dict:
     t0 = time.perf_counter()
     if kind == "hf":
@@ -108,6 +136,8 @@ def run_engine(kind: str, path: str, args) -> dict:
     startup = time.perf_counter() - t0
     try:
         result = {"engine": kind, "startup_s": round(startup, 1), **measure(engine, args)}
+        if kind == "hf" and args.batched_members:
+            result.update(measure_batched(engine, args))
     finally:
         if kind == "vllm":
             engine.close()
@@ -133,6 +163,7 @@ def main() -> None:
     p.add_argument("--max-model-len", type=int, default=512)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--engines", default="hf,vllm")
+    p.add_argument("--batched-members", type=int, default=32, help="HF batched low-rank population size (0: skip)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
