@@ -2,7 +2,8 @@
 
 ``sweeps.run(spec, study_name=..., storage=..., n_trials=..., workers=...)`` runs or resumes a
 study and returns it; ``sweeps.load_spec`` parses and validates a spec.  Modules: ``space``
-(params), ``spec`` (the spec), ``study`` (storage, sampler, pruner), ``objective`` (one trial),
+(params), ``spec`` (the spec), ``samplers`` (Optuna samplers and pruners), ``study`` (storage and
+the study), ``objective`` (one trial),
 ``runner`` (the study loop and worker processes), ``report`` (table, plots, ``best.yaml``).
 """
 

@@ -20,6 +20,7 @@ import yaml
 
 from zoopt.config import ConfigError, load_config, merge, set_dotted
 
+from .samplers import build_pruner, build_sampler
 from .space import Param, SpecError, parse_param
 
 TOP_KEYS = ("name", "method", "base", "set", "space", "objectives", "budget", "sampler", "pruner",
@@ -170,10 +171,8 @@ def parse_spec(raw: dict, *, name: str, root: Path) -> SweepSpec:
             if key in space and not space[key].contains(value):
                 raise SpecError(f"enqueue_paper_defaults: the paper's {key}={value!r} is outside space.{key}; "
                                 f"widen it or set enqueue_paper_defaults: false")
-    from .study import make_pruner, make_sampler  # validate sampler/pruner arguments now
-
-    make_sampler(spec)
-    make_pruner(spec)
+    build_sampler(*spec.sampler, seed=0, space=spec.space)  # validate sampler/pruner options now
+    build_pruner(*spec.pruner)
     return spec
 
 

@@ -15,16 +15,14 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
 
+from .samplers import build_pruner, build_sampler
 from .space import SpecError
-
-if TYPE_CHECKING:  # annotations only: spec.py calls make_sampler/make_pruner to validate a spec
-    from .spec import SweepSpec
+from .spec import SweepSpec
 
 SQLITE_TIMEOUT_S = 60
 
@@ -45,35 +43,14 @@ def sampler_seed(spec: SweepSpec, worker: int, n_existing: int) -> int:
 
 
 def make_sampler(spec: SweepSpec, *, worker: int = 0, n_existing: int = 0, workers: int = 1):
-    """The spec's sampler; bad options raise :class:`SpecError` naming ``sampler``."""
+    """The spec's sampler for ``worker`` (see :func:`sweeps.samplers.build_sampler`)."""
     kind, options = spec.sampler
-    kwargs = {"seed": sampler_seed(spec, worker, n_existing), **options}
-    try:
-        if kind == "tpe":
-            if workers > 1:
-                kwargs.setdefault("constant_liar", True)
-            return optuna.samplers.TPESampler(**kwargs)
-        if kind == "random":
-            return optuna.samplers.RandomSampler(**kwargs)
-        if kind == "nsga2":
-            return optuna.samplers.NSGAIISampler(**kwargs)
-        grid = {name: param.grid() for name, param in spec.space.items()}
-        return optuna.samplers.GridSampler(grid, **kwargs)
-    except TypeError as exc:
-        raise SpecError(f"sampler: bad option for {kind!r}: {exc}") from None
+    return build_sampler(kind, options, sampler_seed(spec, worker, n_existing), spec.space, workers=workers)
 
 
 def make_pruner(spec: SweepSpec):
-    """The spec's pruner; bad options raise :class:`SpecError` naming ``pruner``."""
-    kind, options = spec.pruner
-    try:
-        if kind == "median":
-            return optuna.pruners.MedianPruner(**options)
-        if kind == "hyperband":
-            return optuna.pruners.HyperbandPruner(**options)
-        return optuna.pruners.NopPruner()
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"pruner: bad option for {kind!r}: {exc}") from None
+    """The spec's pruner (see :func:`sweeps.samplers.build_pruner`)."""
+    return build_pruner(*spec.pruner)
 
 
 def count_trials(storage: RDBStorage, name: str) -> int:
