@@ -50,25 +50,24 @@ def plot_pass_at_k(curves: Mapping[str, Mapping[int, float]], path: str | Path) 
 
 def plot_entropy(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path) -> Path:
     """``curves[label] = [(step, mean token entropy), ...]``."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for label, points in curves.items():
-        points = sorted(points)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean token entropy (nats)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _plot_curves(curves, path, "step", "mean token entropy (nats)", width=5)
 
 
 def plot_reward_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path) -> Path:
-    """``curves[label] = [(completions used, mean training reward), ...]``; empty curves are left out."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    """``curves[label] = [(completions used, mean training reward), ...]``."""
+    return _plot_curves(curves, path, "sampled completions used", "training reward (mean)", width=5.5)
+
+
+def _plot_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path, xlabel: str,
+                 ylabel: str, width: float) -> Path:
+    """One line per label through its ``(x, y)`` points (sorted by x); empty curves are left out."""
+    fig, ax = plt.subplots(figsize=(width, 3.5))
     for label, points in curves.items():
+        points = sorted(points)
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=label)
-    ax.set_xlabel("sampled completions used")
-    ax.set_ylabel("training reward (mean)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
