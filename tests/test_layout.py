@@ -178,3 +178,12 @@ def test_cli_commands_import_no_other_command(modules):
     bad = [f"{e.source} imports {e.target}" for name in commands for e in imports_of(name, modules[name], modules)
            if e.target in commands | {"zoopt.cli"}]
     assert not bad, "a command module imports another command (shared flags go to zoopt.cli.common): " + "; ".join(bad)
+
+
+def test_every_package_directory_has_an_init():
+    """A directory without ``__init__.py`` is a namespace package, which setuptools'
+    ``packages.find`` (pyproject.toml) leaves out of a wheel."""
+    dirs = [d for package in PACKAGES for d in [ROOT / package, *(ROOT / package).rglob("*")] if d.is_dir()]
+    missing = sorted(str(d.relative_to(ROOT)) for d in dirs
+                     if d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists())
+    assert not missing, f"package directories without __init__.py: {missing}"
