@@ -159,6 +159,17 @@ def test_train_grpo_writes_a_run_directory(tmp_path):
     assert (tmp_path / "run" / "checksum.txt").read_text().strip() == result.checksum
 
 
+def test_the_run_loop_evaluates_every_n_steps_on_its_own_metrics_line(tmp_path):
+    cfg = load_config(overrides=[*TINY, "lr=1e-2", "steps=3", "eval.n_problems=4", "eval.every=1",
+                                 f"run_dir={tmp_path / 'run'}"], base="grpo")
+    result = train_grpo(cfg, show_progress=False, objective=Digits())
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "loss" in r, "eval_accuracy" in r) for r in lines] == [
+        (0, True, False), (0, False, True), (1, True, False), (1, False, True), (2, True, False)]
+    assert [("eval_accuracy" in r) for r in result.history] == [True, True, False]
+    assert (tmp_path / "run" / "training.png").exists()
+
+
 def test_zoopt_grpo_command(tmp_path):
     from zoopt.cli import build_parser
 

@@ -109,7 +109,7 @@ class EvalConfig(Config):
     ks: tuple = hp((1,), "the k of pass@k and maj@k (each ≤ n_samples)", list_of(integer(ge=1)))
     temperature: float = hp(1.0, "temperature of the n_samples sampled completions", number(ge=0))
     max_new_tokens: int = hp(10, "completion length limit in tokens", integer(ge=1))
-    every: int = hp(0, "ES only: also evaluate every N steps (0: only before and after)", integer(ge=0))
+    every: int = hp(0, "also evaluate every N steps (0: only before and after)", integer(ge=0))
 
 
 # -- the two runs ---------------------------------------------------------------------------
