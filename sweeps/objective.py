@@ -32,7 +32,7 @@ import optuna
 
 from zoopt.workflows.loop import RunTrainer
 from zoopt.workflows.run import evaluate_run
-from zoopt.workflows.rundir import RunDir
+from zoopt.rundir import RunDir
 from zoopt.workflows.trainers import start_run
 
 from .spec import Objective, SweepSpec

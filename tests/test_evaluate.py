@@ -8,6 +8,7 @@ from rich.console import Console
 
 from zoopt.engines.base import Completion
 from zoopt.evaluate import EvalResult, evaluate
+from zoopt.objective import Objective
 from zoopt.metrics import bootstrap_ci, maj_at_k
 
 # prompt -> (answer, greedy completion, sampled completions)
@@ -41,7 +42,7 @@ class FakeEngine:
         return out
 
 
-class FakeObjective:
+class FakeObjective(Objective):
     def dataset(self, split, n):
         rows = [{"prompt": p, "answer": a, "split": split} for p, (a, _, _) in TABLE.items()]
         return datasets.Dataset.from_list(rows[:n] if n is not None else rows)

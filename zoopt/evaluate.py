@@ -193,12 +193,11 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
             texts = [c.text for cs in comps for c in cs]
             rewards = rewards_of(flat_prompts, texts, flat_cols)
             correct = [bool(x) for x in objective.is_correct(rewards)]
-            gold_of = getattr(objective, "gold_answer", None)
             entropies = [c.entropies for cs in comps for c in cs if c.entropies is not None]
             for i, (rec, row) in enumerate(zip(per_problem, rows)):
                 sl = slice(i * n_samples, (i + 1) * n_samples)
                 c = sum(correct[sl])
-                gold = gold_of(row) if gold_of is not None else str(row["answer"])
+                gold = objective.gold_answer(row)
                 answers = _answers(objective, texts[sl])
                 valid = [r for r in rewards[sl] if r is not None]
                 rec.update(gold=gold, n_samples=n_samples, n_correct=c,

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .workflows.rundir import RunDir  # noqa: E402
+from .rundir import RunDir  # noqa: E402
 
 
 def _save(fig, path: str | Path) -> Path:

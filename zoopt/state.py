@@ -21,7 +21,7 @@ import torch
 
 from .atomic import atomic_directory
 from .models import ModelLoadError, load_model
-from .workflows.rundir import RunDir
+from .rundir import RunDir
 
 def is_run_dir(spec: str | Path) -> bool:
     """True for a directory with a training run's ``seedlog.json`` or ``config.yaml``."""

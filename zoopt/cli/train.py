@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_config
-from ..workflows.rundir import RunDir
+from ..rundir import RunDir
 from ..workflows.train import train
 from .common import MODEL_HELP, add_run_flags, flag_overrides
 

@@ -99,7 +99,7 @@ class GRPO:
             policy, default_sync = policy_for(engine)
             sync_weights = sync_weights or default_sync
         self.policy, sync_weights = policy, sync_weights or sync_same_module
-        self.separate_policy = policy is not getattr(engine, "module", None)
+        self.separate_policy = policy is not engine.module
         if any(p.dtype != torch.float32 for p in self.policy.parameters()):
             raise ValueError("GRPO trains fp32 weights: load the model with dtype=float32 "
                              "(autocast_bf16=true gives bf16 compute)")
@@ -172,7 +172,7 @@ class GRPO:
         return batch
 
     def _collate(self, prompt_ids: list[list[int]], completion_ids: list[list[int]], rewards: list) -> Batch:
-        pad = int(getattr(self.engine, "pad_id", 0))
+        pad = self.engine.pad_id
         P, C, B = max(map(len, prompt_ids)), max(map(len, completion_ids)), len(prompt_ids)
         ids = torch.full((B, P + C), pad, dtype=torch.long)
         attn = torch.zeros((B, P + C), dtype=torch.long)

@@ -36,7 +36,7 @@ from ..metrics import relative_drift
 from ..models import load_model
 from ..plots import plot_pass_at_k, plot_reward_curves
 from .run import build_engine, build_objective, evaluate_run, run_dir_for
-from .rundir import RunDir
+from ..rundir import RunDir
 from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned

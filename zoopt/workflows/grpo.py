@@ -16,7 +16,7 @@ from ..progress import TrainProgress
 from ..types import RunResult
 from .loop import RunTrainer, run_loop
 from .run import run_dir_for
-from .rundir import RunDir
+from ..rundir import RunDir
 
 
 class GRPOTrainer(RunTrainer):

@@ -28,7 +28,7 @@ from ..plots import plot_run
 from ..progress import TrainProgress
 from ..types import RunResult
 from .run import build_engine, build_objective, evaluate_run
-from .rundir import RunDir
+from ..rundir import RunDir
 
 
 class RunTrainer(abc.ABC):

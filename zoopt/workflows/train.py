@@ -32,7 +32,7 @@ from ..registry import ENGINES
 from ..types import RunResult
 from .loop import RunTrainer, run_loop
 from .run import build_es, run_dir_for, sampling_from, step_indices
-from .rundir import RunDir
+from ..rundir import RunDir
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import ConfigError
+from .config import ConfigError
 
 
 class RunDir:
