@@ -14,7 +14,8 @@ from zoopt.hparams import (GENERATED, GRPOConfig, NoiseConfig, TrainConfig, from
 ROOT = Path(__file__).resolve().parents[1]
 
 # The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
-# defaults must stay these values, with these types and this key order.
+# defaults must stay these values, with these types and this key order.  Keys added since:
+# `population` (the batched low-rank path, docs/batched-population.md).
 OLD_TRAIN = """
 model: smollm2-135m
 dtype: bfloat16
@@ -37,6 +38,7 @@ noise:
   include: ["*"]
   exclude: []
   correlated: false
+population: auto
 sampling:
   temperature: 0.0
   top_p: 1.0

@@ -76,7 +76,7 @@ class VLLMEngine(Engine):
 
     def __init__(self, llm, tokenizer, model_dir: str | Path, *, master_device: str | None = None,
                  system_prompt: str | None = None, prefix_caching: bool = False, noise_cache_bytes: int = 0,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", population: str = "auto") -> None:
         from transformers import AutoConfig, GenerationConfig
 
         super().__init__()
@@ -90,6 +90,9 @@ class VLLMEngine(Engine):
         self.system_prompt = system_prompt
         self.prefix_caching = bool(prefix_caching)
         self._pad_id = ensure_pad_token(tokenizer)
+        if population not in ("auto", "sequential", "batched"):
+            raise ValueError(f"population must be one of auto, batched, sequential, got {population!r}")
+        self.population = population
         try:
             gen = GenerationConfig.from_pretrained(str(self.model_dir))
         except OSError:
@@ -106,7 +109,7 @@ class VLLMEngine(Engine):
                         tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
                         enable_prefix_caching: bool = False, master_device: str | None = None,
                         system_prompt: str | None = None, noise_cache_bytes: int = 0, seed: int = 0,
-                        **llm_kwargs) -> "VLLMEngine":
+                        population: str = "auto", **llm_kwargs) -> "VLLMEngine":
         """Start vLLM on ``name_or_path`` (see :func:`resolve_model_dir`) and wrap it.
 
         ``noise_cache_bytes`` as ``HFEngine``'s (each worker keeps up to that many bytes of the
@@ -137,7 +140,8 @@ class VLLMEngine(Engine):
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         tokenizer.padding_side = "left"
         return cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
-                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind)
+                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
+                   population=population)
 
     # -- plumbing ------------------------------------------------------------------------------
     def _rpc(self, method: str, *args) -> list:
@@ -161,6 +165,13 @@ class VLLMEngine(Engine):
         llm, self.llm = self.llm, None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+
+    def population_path(self, noise: Noise) -> str:
+        """Always member by member for now (``population: batched`` is refused): vLLM's
+        batched path, one LoRA adapter per member, is not built yet."""
+        if self.population == "batched":
+            raise ValueError("population: batched is not available on the vllm engine yet; use auto or sequential")
+        return "sequential"
 
     # -- weights ---------------------------------------------------------------------------------
     def perturb(self, noise: Noise, seed: int, scale: float) -> None:

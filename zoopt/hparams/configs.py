@@ -142,6 +142,9 @@ class TrainConfig(Config):
     sigma: float = hp(5.0e-3, "σ: the perturbation scale, θ + σε (paper: 1.5e-3)", number(gt=0))
     lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4)", number(gt=0))
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
+    population: str = hp("auto", "how a step's members run: auto (one batched forward for low_rank noise where the "
+                         "engine has one, else member by member) | batched | sequential (docs/batched-population.md)",
+                         string(choices=("auto", "batched", "sequential")))
     sampling: SamplingConfig = section(SamplingConfig, "rollouts that produce the training reward")
     reward_timeout_s: float = _reward_timeout_s()
     eval: EvalConfig = section(EvalConfig, "held-out evaluation before and after training")

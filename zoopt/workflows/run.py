@@ -46,6 +46,8 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
     cache = noise_cache_bytes(cfg.get("noise_cache_gb", 0), str(cfg["device"]), engines_on_host)
     if cache:
         options["noise_cache_bytes"] = cache
+    if "population" in cfg:  # ES configs: how the engine runs a population (GRPO has none)
+        options["population"] = cfg["population"]
     try:
         engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
                                             batch_size=int(cfg["batch_size"]), **options)

@@ -25,18 +25,19 @@ import numpy as np
 
 from ..checkpoint import SeedLog
 from ..config import ConfigError
+from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
 from ..objective import mean_reward, score
 from ..progress import TrainProgress
 from ..registry import ENGINES
 from ..types import RunResult
+from ..rundir import RunDir
 from .loop import RunTrainer, run_loop
 from .run import build_es, run_dir_for, sampling_from, step_indices
-from ..rundir import RunDir
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",
-            "shaping", "scaling", "population_size", "sigma", "lr", "noise", "sampling")
+            "shaping", "scaling", "population_size", "sigma", "lr", "noise", "population", "sampling")
 
 
 class Trainer(RunTrainer):
@@ -64,9 +65,13 @@ class Trainer(RunTrainer):
         path = self.run_dir.seedlog_path
         if path.exists():
             log = SeedLog.load(path)
-            saved = log.header.get("config", {})
+            raw = log.header.get("config", {})
+            try:  # the normalisation load_config applies, so that '5e-3' saved by an older run equals 0.005
+                saved = to_dict(from_dict(TrainConfig, raw))
+            except ConfigError:
+                saved = raw
             for key in RUN_KEYS:
-                if key in saved and saved[key] != self.cfg.get(key):
+                if key in raw and saved[key] != self.cfg.get(key):
                     raise ConfigError(f"--resume: config key {key!r} is {self.cfg.get(key)!r} but the run "
                                       f"was started with {saved[key]!r}")
             log.replay(self.engine)
@@ -113,6 +118,7 @@ class Trainer(RunTrainer):
             if on_member:
                 on_member(i, rewards[-1])
 
+        path = engine.population_path(noise)
         generate_before = engine.stats.seconds
         t0 = time.perf_counter()
         engine.generate_population(noise, population, prompts, sampling, on_member=score_member)
@@ -138,7 +144,7 @@ class Trainer(RunTrainer):
             "entropy": mean_token_entropy(entropies) if any(entropies) else None,
             "tokens": tokens, "tokens_per_s": tokens / max(generate_s, 1e-9),
             "reward_failed": failures["failed"], "reward_timed_out": failures["timed_out"],
-            "reward_skipped": failures["skipped"],
+            "reward_skipped": failures["skipped"], "population_path": path,
             # the population call = setting weights (perturb, restore) + generate + score
             "time_weights_s": round(population_s - generate_s - score_s, 4),
             "time_generate_s": round(generate_s, 4), "time_score_s": round(score_s, 4),
