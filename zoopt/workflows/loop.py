@@ -3,7 +3,7 @@
 A *trainer* (ES's :class:`zoopt.workflows.train.Trainer`, GRPO's
 :class:`zoopt.workflows.grpo.GRPOTrainer`, both :class:`RunTrainer` subclasses) has one shape:
 
-* ``cfg`` (the run config), ``run_dir`` (a :class:`~zoopt.workflows.rundir.RunDir`),
+* ``cfg`` (the run config), ``run_dir`` (a :class:`~zoopt.rundir.RunDir`),
   ``engine``, ``objective``, ``steps_done``;
 * ``step(on_member=None) -> record``: one training step; it appends ``record`` to
   ``metrics.jsonl`` and calls ``on_member(i, reward)`` as units of the step finish;
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from ..plots import plot_run
 from ..progress import TrainProgress
+from ..rundir import RunDir
 from ..types import RunResult
 from .run import build_engine, build_objective, evaluate_run
-from ..rundir import RunDir
 
 
 class RunTrainer(abc.ABC):

@@ -4,7 +4,7 @@ Per step:  ask → ``engine.generate_population`` (every member: perturb, genera
 prompts, score, restore) → tell → apply → append the update to the seed log (atomic) → one
 JSONL metrics line.
 
-A run directory (:class:`~zoopt.workflows.rundir.RunDir`) holds ``config.yaml``,
+A run directory (:class:`~zoopt.rundir.RunDir`) holds ``config.yaml``,
 ``seedlog.json`` (the run itself: base model + updates), ``metrics.jsonl``,
 ``eval_before.json``/``eval_after.json``, ``checksum.txt`` and, with ``export: true``,
 ``model/`` (an HF directory of the final weights).  ``--resume DIR`` replays the seed log onto
