@@ -4,7 +4,9 @@ Modelled on lm-evaluation-harness's ``api/registry.py``: registering a name twic
 a miss suggests the closest names, and targets given as ``"package.module:attr"`` strings are
 imported only when first asked for, so the core never imports a plugin package it does not use.
 Third-party packages add names through the entry-point group given to the registry
-(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``).
+(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``); user modules
+listed in ``ZOOPT_PLUGINS`` (or given with ``--plugin``) are imported before a lookup, so the
+names they register are found (:mod:`zoopt.plugins`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import difflib
 import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable
+
+from .plugins import load_env_plugins
 
 
 class RegistryError(LookupError):
@@ -87,6 +91,7 @@ class Registry:
         return f"unknown {self.kind} {name!r}{hint} (known: {', '.join(names) or 'none'})"
 
     def _load_entry_points(self) -> None:
+        load_env_plugins()  # ZOOPT_PLUGINS: imported once each, whichever registry asks first
         if self._entry_points_loaded or not self.entry_point_group:
             return
         self._entry_points_loaded = True
@@ -127,6 +132,7 @@ ENGINES = Registry("engine", "zoopt.engines")
 ENGINES.register("module", "zoopt.engines.module:ModuleEngine")
 ENGINES.register("hf", "zoopt.engines.hf:HFEngine")
 ENGINES.register("vllm", "zoopt.engines.vllm:VLLMEngine")
+ENGINES.register("ray", "zoopt.engines.ray:RayEngine")
 
 
 def build(registry: Registry, name: str, **kwargs: Any) -> Any:

@@ -38,10 +38,18 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    """``--plugin`` (repeatable): modules imported before names resolve (``zoopt.cli.main`` does it)."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                   help="import a module (my_pkg.rewards) or file (rewards.py) that registers objectives, "
+                        "engines, ... before names resolve (repeatable; also ZOOPT_PLUGINS)")
+
+
 def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: str,
                   set_help: str = "override a config key (repeatable)") -> None:
     """The flags every training command takes: --model, --objective, --engine, --config, --set,
-    --quiet (read back by :func:`flag_overrides`); ``config`` names the defaults file."""
+    --quiet (read back by :func:`flag_overrides`), --plugin; ``config`` names the defaults file."""
+    add_plugin_flag(p)
     p.add_argument("--model", help=model)
     p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
     p.add_argument("--engine", help=engine)
@@ -52,7 +60,8 @@ def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: s
 
 # -- evaluation commands ----------------------------------------------------------------------
 def add_eval_flags(p: argparse.ArgumentParser) -> None:
-    """The evaluation settings flags of ``eval`` and ``analyze`` (read by :func:`eval_config`)."""
+    """The evaluation settings flags of ``eval`` and ``analyze`` (read by :func:`eval_config`), and --plugin."""
+    add_plugin_flag(p)
     p.add_argument("--n-problems", type=int, help="test problems (default eval.n_problems)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default eval.temperature)")
     p.add_argument("--max-new-tokens", type=int, help="default eval.max_new_tokens")

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..registry import resolve_target
+from .common import add_plugin_flag
 
 HELP = "search ES or GRPO hyper-parameters with Optuna (resumable, parallel)"
 
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-trials", type=int, metavar="N", help="trials to add in this call (default: the spec's)")
     p.add_argument("--workers", type=int, default=1, metavar="W", help="processes sharing the storage")
     p.add_argument("--run-root", metavar="DIR", help="parent of the study directory (default: runs/sweeps)")
+    add_plugin_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
