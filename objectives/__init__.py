@@ -20,19 +20,18 @@ accepts ``"path/to/file.py:attr"`` or ``"package.module:attr"`` where ``attr`` i
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from zoopt.objective import Objective
+from zoopt.plugins import PluginError, import_file, is_file_spec
 from zoopt.registry import OBJECTIVES, RegistryError, build, resolve_target
 
 OBJECTIVES.register("arithmetic", "objectives.arithmetic:Arithmetic")
 OBJECTIVES.register("countdown", "objectives.countdown:Countdown")
 OBJECTIVES.register("gsm8k", "objectives.gsm8k:GSM8K")
+OBJECTIVES.register("humaneval", "objectives.humaneval:HumanEval")
+OBJECTIVES.register("mbpp", "objectives.mbpp:MBPP")
 
 __all__ = ["register", "get", "names", "load", "FunctionObjective", "Objective"]
 
@@ -60,7 +59,7 @@ def load(spec: str, **kwargs: Any) -> Objective:
     if ":" not in spec:
         return get(spec, **kwargs)
     where, attr = spec.rsplit(":", 1)
-    target = _from_file(where, attr) if _is_path(where) else _from_module(where, attr)
+    target = _from_file(where, attr) if is_file_spec(where) else _from_module(where, attr)
     if isinstance(target, Objective):
         if kwargs:
             raise RegistryError(f"{spec!r} is an Objective instance; it takes no arguments "
@@ -97,6 +96,9 @@ class FunctionObjective(Objective):
     def dataset(self, split: str, n: int | None = None):
         return self.data.dataset(split, n)
 
+    def split_size(self, split: str) -> int | None:
+        return self.data.split_size(split)
+
     def extract_answer(self, completion: str) -> str | None:
         return self.data.extract_answer(completion)
 
@@ -104,28 +106,11 @@ class FunctionObjective(Objective):
         return self.data.gold_answer(row)
 
 
-def _is_path(where: str) -> bool:
-    return where.endswith(".py") or "/" in where or "\\" in where
-
-
 def _from_file(path: str, attr: str) -> Any:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise RegistryError(f"objective file {path!r} does not exist")
-    digest = hashlib.blake2b(str(file.resolve()).encode(), digest_size=6).hexdigest()
-    module_name = f"_zoopt_objective_{file.stem}_{digest}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise RegistryError(f"cannot import {path!r} as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise RegistryError(f"importing {path!r} failed: {type(exc).__name__}: {exc}") from exc
+    try:  # the plugin loader's import: a file given both ways is imported once
+        module = import_file(path, what="objective")
+    except PluginError as exc:
+        raise RegistryError(str(exc)) from exc.__cause__
     if not hasattr(module, attr):
         raise RegistryError(f"{path!r} has no attribute {attr!r}")
     return getattr(module, attr)

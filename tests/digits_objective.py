@@ -6,14 +6,18 @@ The tiny random model writes ~12 % digits; ES must raise that.  Used by the trai
 
 import datasets
 
-from zoopt.objective import Objective
+from zoopt.objective import Objective, completion_text
 
 
 class Digits(Objective):
     name = "digits"
 
     def __call__(self, prompts, completions, **columns):
-        return [sum(ch.isdigit() for ch in c) / len(c) if c else 0.0 for c in completions]
+        texts = [completion_text(c) for c in completions]  # strings, or TRL's chat messages
+        return [sum(ch.isdigit() for ch in c) / len(c) if c else 0.0 for c in texts]
+
+    def split_size(self, split):
+        return 16
 
     def dataset(self, split, n=None):
         offset = 0 if split == "train" else 100

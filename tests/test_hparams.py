@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
 # defaults must stay these values, with these types and this key order.  Keys added since:
-# `population` (the batched low-rank path, docs/batched-population.md).
+# `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.scoring).
 OLD_TRAIN = """
 model: smollm2-135m
 dtype: bfloat16
@@ -45,6 +45,7 @@ sampling:
   max_new_tokens: 10
   n: 1
 reward_timeout_s: 5.0
+reward_errors: raise
 eval:
   n_problems: 200
   n_samples: 0
@@ -88,6 +89,7 @@ micro_batch_size: 8
 gradient_checkpointing: false
 autocast_bf16: false
 reward_timeout_s: 5.0
+reward_errors: raise
 eval:
   n_problems: 200
   n_samples: 0

@@ -73,7 +73,7 @@ def test_a_reward_cannot_swallow_the_timeout():
 
 
 def test_none_is_kept_and_counted_as_skipped():
-    result = score(lambda p, c, **k: [None, 1.0, None], PROMPTS, COMPLETIONS, COLUMNS)
+    result = score(lambda prompts, completions, **k: [None, 1.0, None], PROMPTS, COMPLETIONS, COLUMNS)
     assert result == ScoreResult([None, 1.0, None], failed=0, timed_out=0, skipped=2)
     assert mean_reward(result.rewards) == 1.0
     assert mean_reward([None, None]) == 0.0
@@ -81,9 +81,9 @@ def test_none_is_kept_and_counted_as_skipped():
 
 
 def test_non_finite_and_non_numeric_rewards_fail():
-    result = score(lambda p, c, **k: [math.nan, -math.inf, "0.5"], PROMPTS, COMPLETIONS, COLUMNS)
+    result = score(lambda prompts, completions, **k: [math.nan, -math.inf, "0.5"], PROMPTS, COMPLETIONS, COLUMNS)
     assert result == ScoreResult([0.0, 0.0, 0.0], failed=3, timed_out=0, skipped=0)
-    result = score(lambda p, c, **k: [np.float32(0.5), True, 2], PROMPTS, COMPLETIONS, COLUMNS)
+    result = score(lambda prompts, completions, **k: [np.float32(0.5), True, 2], PROMPTS, COMPLETIONS, COLUMNS)
     assert result == ScoreResult([0.5, 1.0, 2.0])
 
 
@@ -108,7 +108,7 @@ def test_a_malformed_batch_result_falls_back_per_completion():
 
     result = score(wrong_length, PROMPTS, COMPLETIONS, COLUMNS)
     assert result == ScoreResult([3.0, 3.0, 3.0]) and calls == [3, 1, 1, 1]
-    assert score(lambda p, c, **k: "1.0", ["p"], ["a"], {}).failed == 1
+    assert score(lambda prompts, completions, **k: "1.0", ["p"], ["a"], {}).failed == 1
 
 
 def test_the_previous_alarm_handler_and_timer_are_restored():

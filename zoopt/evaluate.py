@@ -13,9 +13,12 @@ entropies).  From those it reports
 * mean token entropy over all sampled tokens (token-weighted);
 * 95 % percentile-bootstrap CIs over problems for greedy accuracy and pass@k.
 
-Rewards go through :func:`zoopt.objective.score` (per-call time limit; a reward that raises or
-hangs scores 0.0 and is counted in ``score_failed``/``score_timed_out``; ``None`` rewards are kept
-and counted in ``score_skipped``).
+Rewards go through a :class:`zoopt.scoring.Scorer`: in the shape TRL would pass for the
+engine's prompts, under :func:`zoopt.objective.score`'s per-call time limit (a reward that raises
+or hangs scores 0.0 and is counted in ``score_failed``/``score_timed_out``; ``None`` rewards are
+kept and counted in ``score_skipped``); the first failure is shown once, and an evaluation in
+which every reward failed raises :class:`~zoopt.scoring.RewardError` unless
+``reward_errors="zero"``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from rich.table import Table
 
 from .engines.base import Completion, Sampling
 from .metrics import bootstrap_ci, maj_at_k, mean_token_entropy, pass_at_k
-from .objective import score
+from .objective import load_split
+from .scoring import Scorer
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -132,12 +136,15 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
              top_p: float = 1.0, max_new_tokens: int = 64, greedy: bool = True,
              batch_size: int | None = None, seed: int = 0,
              progress: ProgressFn | bool | None = None,
-             timeout_s: float = 5.0) -> EvalResult:
+             timeout_s: float = 5.0, reward_errors: str = "raise") -> EvalResult:
     """Evaluate ``engine`` on ``objective.dataset(split, n_problems)``; see the module doc.
+
+    ``n_problems`` larger than the split (``objective.split_size(split)``) evaluates the whole
+    split, with a :class:`~zoopt.objective.SplitSizeWarning` (:func:`zoopt.objective.load_split`).
 
     ``progress``: ``None``, ``True`` (a rich progress bar) or a callable
     ``(stage, done, total)``.  ``timeout_s`` limits each reward call (see
-    :func:`zoopt.objective.score`).
+    :func:`zoopt.objective.score`); ``reward_errors``: see :mod:`zoopt.scoring`.
     """
     ks = sorted({int(k) for k in ks})
     if n_samples is not None:
@@ -155,20 +162,17 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
         report = progress or (lambda stage, done, total: None)
     t0 = time.perf_counter()
     try:
-        rows = _rows(objective.dataset(split, n_problems))
+        rows = _rows(load_split(objective, split, n_problems, key="eval.n_problems"))
         if not rows:
             raise ValueError(f"objective.dataset({split!r}, {n_problems!r}) is empty")
         prompts = [r["prompt"] for r in rows]
         columns = {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}
         per_problem = [{"index": i} for i in range(len(rows))]
         summary: dict[str, Any] = {"split": split, "n_problems": len(rows)}
-        counts = {"score_failed": 0, "score_timed_out": 0, "score_skipped": 0}
+        scorer = Scorer(objective, engine, timeout_s=timeout_s, reward_errors=reward_errors)
 
         def rewards_of(prompts_, texts_, columns_):
-            res = score(objective, prompts_, texts_, columns_, timeout_s)
-            for key in ("failed", "timed_out", "skipped"):
-                counts[f"score_{key}"] += getattr(res, key)
-            return res.rewards
+            return scorer.score(prompts_, texts_, columns_).rewards
 
         if greedy:
             comps = _generate(engine, prompts, Sampling(temperature=0.0,
@@ -221,7 +225,8 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
             summary["entropy"] = None if math.isnan(ent) else ent
             summary.update(n_samples=n_samples, temperature=temperature, top_p=top_p)
 
-        summary.update(max_new_tokens=max_new_tokens, seed=seed, **counts,
+        counts = scorer.finish(f"the {split!r} evaluation")
+        summary.update(max_new_tokens=max_new_tokens, seed=seed, **{f"score_{k}": v for k, v in counts.items()},
                        wall_s=time.perf_counter() - t0)
         return EvalResult(summary=summary, per_problem=per_problem)
     finally:

@@ -4,8 +4,11 @@ An objective is a reward function with TRL's signature,
 ``objective(prompts, completions, **columns) -> list[float | None]``, where ``columns`` are the
 dataset's other columns, each a list aligned with ``completions``; ``None`` means "no opinion"
 (the completion is skipped, not scored 0).  It also owns the data it is scored on:
-``objective.dataset(split, n)`` is a ``datasets.Dataset`` with a ``prompt`` column (str) plus
-the answer columns the reward reads.
+``objective.dataset(split, n=None)`` is a ``datasets.Dataset`` with a ``prompt`` column (str, or a
+conversation of ``{"role", "content"}`` messages) plus the answer columns the reward reads, and
+``objective.split_size(split)`` says how many problems a split has (None: as many as asked).
+Callers read data through :func:`load_split`, which also serves an objective whose ``dataset``
+takes no ``n`` and clamps a request larger than the split, with a note.
 
 Rules every objective keeps (``score`` enforces the first two for any reward function):
 
@@ -20,14 +23,26 @@ This module is core: it never imports the ``objectives`` plugin package.
 
 from __future__ import annotations
 
+import inspect
 import math
 import signal
 import threading
 import time
-from dataclasses import dataclass
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 SPLITS = ("train", "test")
+
+
+class ZooptWarning(UserWarning):
+    """Something a user should see once; the ``zoopt`` command prints it as one line."""
+
+
+class SplitSizeWarning(ZooptWarning):
+    """More problems were asked of a split than it has; all of them are used instead."""
 
 
 def check_split(split: str) -> str:
@@ -63,12 +78,19 @@ class Objective:
         raise NotImplementedError(f"{type(self).__name__} implements neither reward() nor __call__()")
 
     def dataset(self, split: str, n: int | None = None):
-        """A ``datasets.Dataset`` with a ``prompt`` column (str) and answer columns.
+        """A ``datasets.Dataset`` with a ``prompt`` column (str or messages) and answer columns.
 
         ``split`` is ``"train"`` or ``"test"`` (the two never share a problem; any other name
-        is a one-line ValueError).  ``n`` rows (the first ``n`` of the split), all when None.
+        is a one-line ValueError).  ``n`` rows (the first ``n`` of the split, at most
+        :meth:`split_size`); when None, the objective's default set (all of a fixed split).
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement dataset()")
+
+    def split_size(self, split: str) -> int | None:
+        """How many problems ``split`` has — the most ``dataset(split, n)`` can return — or None
+        when the objective makes as many as asked (generated problems).  Default: None."""
+        check_split(split)
+        return None
 
     def extract_answer(self, completion: str) -> str | None:
         """The completion's final answer as a canonical string (for majority voting), or None."""
@@ -85,6 +107,42 @@ class Objective:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def load_split(objective: Any, split: str, n: int | None = None, key: str = "n"):
+    """``objective.dataset(split, n)``, for any objective, never more rows than the split has.
+
+    * ``n`` larger than ``objective.split_size(split)`` is clamped to it, with a
+      :class:`SplitSizeWarning` naming ``key`` (the setting that asked, e.g. ``eval.n_problems``);
+    * an objective whose ``dataset`` takes only ``split`` (an older form of the contract) gets
+      ``dataset(split)``, of which the first ``n`` rows are used (fewer: the same warning).
+    """
+    size = objective.split_size(split) if isinstance(objective, Objective) else None
+    name = getattr(objective, "name", type(objective).__name__)
+    if n is not None and size is not None and n > size:
+        _warn_clamped(name, split, size, n, key)
+        n = size
+    if _takes_n(objective.dataset):
+        return objective.dataset(split, n)
+    data = objective.dataset(split)
+    if n is None:
+        return data
+    if len(data) < n:
+        _warn_clamped(name, split, len(data), n, key)
+    return data.select(range(min(n, len(data))))
+
+
+def _takes_n(dataset: Callable) -> bool:
+    try:
+        parameters = list(inspect.signature(dataset).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    return len(parameters) >= 2 or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
+
+
+def _warn_clamped(name: str, split: str, size: int, n: int, key: str) -> None:
+    warnings.warn(f"objective {name!r} has {size} {split!r} problems, {n} asked ({key}): using all {size}",
+                  SplitSizeWarning, stacklevel=3)
 
 
 def completion_text(completion: Any) -> str:
@@ -116,12 +174,22 @@ def mean_reward(rewards: Sequence[float | None]) -> float:
 
 @dataclass
 class ScoreResult:
-    """Rewards (``None`` kept) and counts of completions that failed, timed out or were skipped."""
+    """Rewards (``None`` kept) and counts of completions that failed, timed out or were skipped.
+
+    ``error``: what went wrong first, one line (``"KeyError: 0 (rewards.py:12 in my_reward)"``,
+    ``"timed out after 5 s"``, ``"returned 'abc', not a number"``), None when nothing did.
+    """
 
     rewards: list[float | None]
     failed: int = 0
     timed_out: int = 0
     skipped: int = 0
+    error: str | None = field(default=None, compare=False)
+
+    @property
+    def n_failed(self) -> int:
+        """Completions that scored 0.0 because their reward failed or timed out."""
+        return self.failed + self.timed_out
 
 
 class _Timeout(BaseException):
@@ -214,8 +282,8 @@ def score(objective: Callable[..., Sequence[float | None]], prompts: Sequence,
     """Score ``completions`` with ``objective`` (any TRL-style reward function) and never raise
     because of it nor hang.
 
-    1. ``objective(prompts, completions, **columns)`` on the whole batch, time-limited to
-       ``timeout_s``.
+    1. ``objective(prompts=prompts, completions=completions, **columns)`` on the whole batch —
+       keyword arguments, as TRL calls a reward function — time-limited to ``timeout_s``.
     2. If that raises, times out or returns something that is not a sequence of
        ``len(completions)`` values: one call per completion (its prompt, completion and column
        values as length-1 lists), each limited to ``timeout_s``; a call that raises, times out
@@ -242,31 +310,65 @@ def score(objective: Callable[..., Sequence[float | None]], prompts: Sequence,
     if n == 0:
         return ScoreResult([])
 
+    errors: list[str] = []  # what went wrong, first first
+
+    def note(status: str, value: Any, expected: int) -> bool:
+        """Whether a call gave ``expected`` values; records what went wrong otherwise."""
+        if status == _OK and len(value) == expected:
+            return True
+        if status == _TIMEOUT:
+            errors.append(f"timed out after {timeout_s:g} s")
+        elif status == _ERROR:
+            errors.append(describe_exception(value))
+        else:
+            errors.append(f"returned {len(value)} rewards for {expected} completions")
+        return False
+
     status, value = call_with_timeout(
-        lambda: _materialize(objective(prompts, completions, **columns)), timeout_s)
-    batch = value if status == _OK and len(value) == n else None
+        lambda: _materialize(objective(prompts=prompts, completions=completions, **columns)), timeout_s)
+    batch = value if note(status, value, n) else None
     failed = timed_out = 0
     if batch is None:
+        batch_error, errors[:] = errors[0], []  # a completion's own failure says more than the batch's
         batch = []
         for i in range(n):
             row = {k: [v[i]] for k, v in columns.items()}
             status, value = call_with_timeout(
-                lambda i=i, row=row: _materialize(objective([prompts[i]], [completions[i]], **row)),
+                lambda i=i, row=row: _materialize(objective(prompts=[prompts[i]], completions=[completions[i]], **row)),
                 timeout_s)
-            single = value if status == _OK and len(value) == 1 else None
-            if single is None:
+            if note(status, value, 1):
+                batch.append(value[0])
+            else:
                 timed_out += status == _TIMEOUT
                 failed += status != _TIMEOUT
                 batch.append(0.0)
-            else:
-                batch.append(single[0])
+        if not errors:  # every completion alone was fine: the batch call was what failed
+            errors.append(f"{batch_error} (on the whole batch; one completion at a time it worked)")
     rewards: list[float | None] = []
     for value in batch:
         reward, ok = _as_reward(value)
-        failed += not ok
+        if not ok:
+            failed += 1
+            errors.append(f"returned {_short(value)}, not a finite number")
         rewards.append(reward)
     skipped = sum(r is None for r in rewards)
-    return ScoreResult(rewards, failed=failed, timed_out=timed_out, skipped=skipped)
+    return ScoreResult(rewards, failed=failed, timed_out=timed_out, skipped=skipped,
+                       error=errors[0] if errors and (failed or timed_out) else None)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"KeyError: 0 (rewards.py:12 in my_reward)"``: the exception and the line that raised it, one line."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        last = frames[-1]
+        text += f" ({Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _materialize(value: Any) -> list:

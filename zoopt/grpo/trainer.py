@@ -5,8 +5,8 @@ One step (TRL's defaults: one optimizer step per generation batch, ``num_iterati
 1. draw ``prompts_per_step`` training rows with :func:`zoopt.workflows.run.step_indices` (from
    ``(seed, step)`` alone, as ES does);
 2. rollouts: ``engine.generate(prompts, sampling)`` with ``sampling.n = G`` completions per
-   prompt (the group) and a sampling seed from ``(seed, step)``; score them with
-   :func:`zoopt.objective.score` (the same guard as ES);
+   prompt (the group) and a sampling seed from ``(seed, step)``; score them with a
+   :class:`zoopt.scoring.Scorer` (the same guard, TRL-shaped inputs and ``reward_errors`` as ES);
 3. advantages :func:`~zoopt.grpo.advantages.group_advantages` (``scale_rewards``);
 4. ``num_iterations`` times: the loss of :mod:`zoopt.grpo.loss` over the whole batch —
    micro-batches of ``micro_batch_size`` sequences, each backpropagating its exact share, so
@@ -44,7 +44,7 @@ import torch
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..hparams import GRPOConfig, from_dict, to_dict
-from ..objective import score
+from ..scoring import Scorer
 from ..workflows.run import step_indices
 from .advantages import group_advantages, group_std_is_zero
 from .loss import grpo_loss, token_logps, token_weights
@@ -128,6 +128,7 @@ class GRPO:
                                            weight_decay=hp.weight_decay)
         self.train_data = objective.dataset("train")
         self.columns = [c for c in self.train_data.column_names if c != "prompt"]
+        self.scorer = Scorer(objective, engine, timeout_s=hp.reward_timeout_s, reward_errors=hp.reward_errors)
 
     @classmethod
     def from_config(cls, cfg: dict, engine, objective) -> "GRPO":
@@ -153,8 +154,9 @@ class GRPO:
         t1 = time.perf_counter()
         flat = [c for per_prompt in completions for c in per_prompt]
         columns = {c: [v for v in rows[c] for _ in range(G)] for c in self.columns}
-        result = score(self.objective, [p for p in prompts for _ in range(G)], [c.text for c in flat],
-                       columns, timeout_s=self.reward_timeout_s)
+        self.scorer.start()
+        result = self.scorer.score([p for p in prompts for _ in range(G)], [c.text for c in flat], columns)
+        self.scorer.finish(f"GRPO step {step}")
         t2 = time.perf_counter()
         batch = self._collate([self.engine.encode(p) for p in prompts for _ in range(G)],
                               [c.token_ids for c in flat], result.rewards)

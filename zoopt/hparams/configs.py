@@ -46,6 +46,13 @@ def _reward_timeout_s():
     return hp(5.0, "time limit of one reward call; a completion past it scores 0.0", number(gt=0))
 
 
+def _reward_errors():
+    return hp("raise", "a step (or an evaluation) in which the reward failed on every completion: raise stops the "
+              "run with the reward's own error; zero scores those completions 0.0 and goes on (a partial failure "
+              "always scores 0.0, is counted in reward_failed, and its first error is shown once)",
+              string(choices=("raise", "zero")))
+
+
 def _batch_size():
     return hp(64, "generation micro-batch of the engine", integer(ge=1))
 
@@ -147,6 +154,7 @@ class TrainConfig(Config):
                          string(choices=("auto", "batched", "sequential")))
     sampling: SamplingConfig = section(SamplingConfig, "rollouts that produce the training reward")
     reward_timeout_s: float = _reward_timeout_s()
+    reward_errors: str = _reward_errors()
     eval: EvalConfig = section(EvalConfig, "held-out evaluation before and after training")
     batch_size: int = _batch_size()
     noise_cache_gb: float | str | None = hp(
@@ -167,7 +175,8 @@ class GRPOConfig(Config):
     #: the keys :class:`zoopt.grpo.GRPO` takes as keyword arguments (the rest describe the run)
     TRAINER_KEYS = ("prompts_per_step", "loss_type", "epsilon", "epsilon_high", "beta", "scale_rewards",
                     "num_iterations", "lr", "adam_betas", "adam_eps", "weight_decay", "max_grad_norm",
-                    "micro_batch_size", "gradient_checkpointing", "autocast_bf16", "seed", "reward_timeout_s")
+                    "micro_batch_size", "gradient_checkpointing", "autocast_bf16", "seed", "reward_timeout_s",
+                    "reward_errors")
 
     model: str = _model()
     dtype: str = hp("float32", "GRPO trains fp32 weights (autocast_bf16 for bf16 compute)", string(choices=DTYPES))
@@ -200,6 +209,7 @@ class GRPOConfig(Config):
                                       boolean())
     autocast_bf16: bool = hp(False, "forward under bf16 autocast (the weights and AdamW stay fp32)", boolean())
     reward_timeout_s: float = _reward_timeout_s()
+    reward_errors: str = _reward_errors()
     eval: EvalConfig = section(EvalConfig, "held-out evaluation before and after training (as train's)")
     batch_size: int = _batch_size()
     run_dir: str | None = _run_dir()

@@ -41,7 +41,7 @@ from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
 SHARED_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
-               "batch_size", "reward_timeout_s")
+               "batch_size", "reward_timeout_s", "reward_errors")
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def shared_config(cfg: dict) -> dict:
 def eval_config(cfg: dict) -> dict:
     """The config :func:`zoopt.workflows.run.evaluate_run` reads: the same for every method."""
     return {"eval": dict(cfg["eval"]), "batch_size": cfg["batch_size"], "seed": cfg["seed"],
-            "reward_timeout_s": cfg["reward_timeout_s"]}
+            "reward_timeout_s": cfg["reward_timeout_s"], "reward_errors": cfg["reward_errors"]}
 
 
 def plan_methods(cfg: dict, n_train_rows: int) -> dict[str, list]:

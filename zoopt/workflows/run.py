@@ -117,14 +117,14 @@ def run_dir_for(cfg: dict, prefix: str = "") -> Path:
 
 def eval_kwargs(cfg: dict) -> dict:
     """:func:`zoopt.evaluate.evaluate` keyword arguments from a run config's ``eval`` block,
-    ``batch_size``, ``seed`` and ``reward_timeout_s`` (``eval.n_samples = 0`` ⇒ greedy only)."""
+    ``batch_size``, ``seed``, ``reward_timeout_s`` and ``reward_errors`` (``eval.n_samples = 0`` ⇒ greedy only)."""
     ev = cfg["eval"]
     n_samples = int(ev["n_samples"]) or None
     return dict(split="test", n_problems=int(ev["n_problems"]),
                 ks=tuple(int(k) for k in ev["ks"]) if n_samples else (1,), n_samples=n_samples,
                 temperature=float(ev["temperature"]), max_new_tokens=int(ev["max_new_tokens"]),
                 greedy=True, batch_size=int(cfg["batch_size"]), seed=int(cfg["seed"]),
-                timeout_s=float(cfg["reward_timeout_s"]))
+                timeout_s=float(cfg["reward_timeout_s"]), reward_errors=cfg.get("reward_errors", "raise"))
 
 
 def evaluate_config(engine, objective, cfg: dict, progress=None) -> EvalResult:

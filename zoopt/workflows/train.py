@@ -27,7 +27,8 @@ from ..checkpoint import SeedLog
 from ..config import ConfigError
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
-from ..objective import mean_reward, score
+from ..objective import mean_reward
+from ..scoring import Scorer
 from ..progress import TrainProgress
 from ..registry import ENGINES
 from ..types import RunResult
@@ -55,6 +56,8 @@ class Trainer(RunTrainer):
             self.train_data = self.objective.dataset("train")
             self.columns = [c for c in self.train_data.column_names if c != "prompt"]
             self.sampling = sampling_from(cfg)
+            self.scorer = Scorer(self.objective, self.engine, timeout_s=float(cfg["reward_timeout_s"]),
+                                 reward_errors=cfg.get("reward_errors", "raise"))
             self.seedlog = self._open_seedlog()
         except BaseException:
             self.close()
@@ -99,7 +102,8 @@ class Trainer(RunTrainer):
         flat_cols = {c: [v for v in rows[c] for _ in range(n)] for c in self.columns}
         sampling = dataclasses.replace(self.sampling, logprobs=True,
                                        seed=step_sampling_seed(es.seed, population.step))
-        rewards, failures = [], {"failed": 0, "timed_out": 0, "skipped": 0}
+        rewards = []
+        self.scorer.start()
         entropies: list[list[float]] = []
         tokens, score_s = 0, 0.0
 
@@ -109,12 +113,9 @@ class Trainer(RunTrainer):
             tokens += sum(len(c.token_ids) for c in flat)
             entropies.extend(c.entropies or [] for c in flat)
             t0 = time.perf_counter()
-            result = score(self.objective, flat_prompts, [c.text for c in flat], flat_cols,
-                           timeout_s=float(self.cfg["reward_timeout_s"]))
+            result = self.scorer.score(flat_prompts, [c.text for c in flat], flat_cols)
             score_s += time.perf_counter() - t0
             rewards.append(mean_reward(result.rewards))
-            for key in failures:
-                failures[key] += getattr(result, key)
             if on_member:
                 on_member(i, rewards[-1])
 
@@ -124,6 +125,7 @@ class Trainer(RunTrainer):
         engine.generate_population(noise, population, prompts, sampling, on_member=score_member)
         population_s = time.perf_counter() - t0
         generate_s = engine.stats.seconds - generate_before
+        failures = self.scorer.finish(f"step {population.step}")  # every reward failed: stop before the update
         with warnings.catch_warnings():  # a degenerate step is logged (record["degenerate"]), not warned twice
             warnings.simplefilter("ignore", RuntimeWarning)
             update = es.tell(rewards)

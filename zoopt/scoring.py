@@ -1,0 +1,165 @@
+"""How a run calls its reward: in the shape TRL would use, through the guard, and loudly when it fails.
+
+**TRL-shaped inputs.** TRL's ``GRPOTrainer`` calls a reward function with the prompts and
+completions of a *conversational* batch as chat messages, and of a *standard* (plain-text)
+batch as strings.  zoopt does the same for the prompts as the engine feeds them to the model
+(:func:`trl_inputs`):
+
+* the engine applies a chat template (:func:`chat_engine`: a plain prompt becomes one user
+  message), or the dataset's prompts are conversations → ``prompts[i]`` is the list of messages
+  (``[{"role": "system", ...}, {"role": "user", "content": ...}]``, the system message when the
+  engine has a ``system_prompt``) and ``completions[i]`` is
+  ``[{"role": "assistant", "content": text}]``;
+* otherwise (a model without a chat template, such as ``tiny``) → both are strings.
+
+:class:`~zoopt.objective.Objective` subclasses read either shape (their ``__call__`` passes
+``completion_text(c)`` to ``reward``), so zoopt's own objectives do not care.
+
+**Loud failures.** A reward function never crashes a step by raising on some completions:
+:func:`zoopt.objective.score` scores those 0.0 and counts them.  But a reward that fails
+silently on everything trains on zeros, so a :class:`Scorer`
+
+* shows the first failure of each objective once, with its message (a :class:`RewardWarning`;
+  the ``zoopt`` command prints it as one ``zoopt: warning: ...`` line), and
+* stops at the end of a step (or an evaluation) in which **every** completion's reward failed or
+  timed out, with :class:`RewardError` carrying that message — unless ``reward_errors`` is
+  ``"zero"``, which scores such steps 0.0 and carries on (``reward_errors: raise | zero`` in
+  the run config; default ``raise``).
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Any, Callable, Sequence
+
+from .objective import ScoreResult, ZooptWarning, score
+
+REWARD_ERRORS = ("raise", "zero")
+
+
+class RewardWarning(ZooptWarning):
+    """A reward function failed (raised, timed out or returned a non-number) on a completion."""
+
+
+class RewardError(RuntimeError):
+    """Every completion's reward failed in a step; the message is one line with the reward's own error."""
+
+
+def chat_engine(engine: Any) -> bool:
+    """Whether ``engine`` feeds a plain-text prompt to the model as a one-message conversation
+    (through its chat template): its ``encode`` gives the same ids for ``"x"`` and for
+    ``[{"role": "user", "content": "x"}]``.  False for an engine without prompt encoding (and for
+    a stand-in object that has no ``encode`` at all)."""
+    if engine is None:
+        return False
+    try:
+        return engine.encode("x") == engine.encode([{"role": "user", "content": "x"}])
+    except (NotImplementedError, ValueError, AttributeError):
+        return False
+
+
+def trl_inputs(prompts: Sequence, texts: Sequence[str], chat: bool,
+               system_prompt: str | None = None) -> tuple[list, list]:
+    """``(prompts, completions)`` as TRL passes them to a reward function (see the module doc):
+    messages when ``chat`` or when a prompt already is a conversation, else strings."""
+    if not chat and not any(isinstance(p, (list, tuple)) for p in prompts):
+        return list(prompts), list(texts)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    conversations = []
+    for p in prompts:
+        if isinstance(p, (list, tuple)):
+            messages = list(p)
+            if system and not any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+                messages = system + messages
+        else:
+            messages = system + [{"role": "user", "content": p}]
+        conversations.append(messages)
+    return conversations, [[{"role": "assistant", "content": t}] for t in texts]
+
+
+def check_reward_errors(value: str) -> str:
+    if value not in REWARD_ERRORS:
+        raise ValueError(f"reward_errors must be one of {', '.join(REWARD_ERRORS)}, got {value!r}")
+    return value
+
+
+# objectives whose first failure has been shown (once per objective object, whoever scores it)
+_reported: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_reported_ids: set[int] = set()  # for objectives that cannot be weakly referenced
+
+
+def _first_report(objective: Any) -> bool:
+    try:
+        if objective in _reported:
+            return False
+        _reported.add(objective)
+    except TypeError:
+        if id(objective) in _reported_ids:
+            return False
+        _reported_ids.add(id(objective))
+    return True
+
+
+def reward_name(objective: Any) -> str:
+    name = getattr(objective, "name", None) or getattr(objective, "__name__", None)
+    return str(name or type(objective).__name__)
+
+
+class Scorer:
+    """Scores a run's completions with ``objective`` (see the module doc).
+
+    ``engine`` decides the shape of the inputs (:func:`chat_engine`, its ``system_prompt``);
+    ``chat`` overrides that.  ``timeout_s`` limits each reward call (:func:`zoopt.objective.score`).
+    Call :meth:`start` before a step's first :meth:`score` and :meth:`finish` after its last.
+    ``warn(message)`` shows the first failure (default: a :class:`RewardWarning`).
+    """
+
+    def __init__(self, objective: Callable[..., Sequence[float | None]], engine: Any = None, *,
+                 timeout_s: float = 5.0, reward_errors: str = "raise", chat: bool | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.objective = objective
+        self.timeout_s = timeout_s
+        self.reward_errors = check_reward_errors(reward_errors)
+        self.chat = chat_engine(engine) if chat is None else bool(chat)
+        self.system_prompt = engine.system_prompt if (engine is not None and self.chat) else None
+        self.warn = warn or (lambda message: warnings.warn(message, RewardWarning, stacklevel=4))
+        self.start()
+
+    def start(self) -> None:
+        """Begin a step: reset the counts :meth:`finish` checks."""
+        self.completions = self.failed = self.timed_out = self.skipped = 0
+        self.error: str | None = None
+
+    def score(self, prompts: Sequence, texts: Sequence[str], columns: dict[str, list] | None = None) -> ScoreResult:
+        """Rewards of ``texts`` (completions of ``prompts``), through the guard; counted for the step."""
+        trl_prompts, completions = trl_inputs(prompts, texts, self.chat, self.system_prompt)
+        result = score(self.objective, trl_prompts, completions, columns, timeout_s=self.timeout_s)
+        self.completions += len(texts)
+        self.failed += result.failed
+        self.timed_out += result.timed_out
+        self.skipped += result.skipped
+        if result.error is not None:
+            if self.error is None:
+                self.error = result.error
+            if _first_report(self.objective):
+                self.warn(f"reward {reward_name(self.objective)!r} failed on a completion: {result.error} "
+                          f"(shown once; failed completions score 0.0, counted as reward_failed/"
+                          f"reward_timed_out)")
+        return result
+
+    def finish(self, where: str = "the step") -> dict:
+        """End a step: its counts, or :class:`RewardError` when every completion failed and
+        ``reward_errors`` is ``"raise"``."""
+        counts = {"failed": self.failed, "timed_out": self.timed_out, "skipped": self.skipped}
+        bad = self.failed + self.timed_out
+        if self.completions and bad == self.completions and self.reward_errors == "raise":
+            raise RewardError(
+                f"the reward {reward_name(self.objective)!r} failed on every completion of {where} "
+                f"({bad} of {self.completions}): {self.error}; fix the reward, or set reward_errors: zero "
+                f"to score failures as 0.0")
+        return counts
+
+
+__all__ = ["Scorer", "RewardError", "RewardWarning", "ZooptWarning", "REWARD_ERRORS", "chat_engine",
+           "trl_inputs", "check_reward_errors"]
