@@ -1,0 +1,386 @@
+"""The sandbox (objectives/sandbox.py) against hostile programs.
+
+Each hostile program is written so that it would exit 0 only if its attack worked; every one
+must fail (or be stopped) within 15 s, leave no file outside its own temporary directory, leave
+no process behind, reach no network (a listener this test opens on 127.0.0.1 — loopback only)
+and leave the test process, its files and its working directory as they were.  Processes are
+found by the sandbox uid of the run and by a unique marker in the bootstrap's command line,
+which every process of the run inherits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from objectives import sandbox
+from objectives.sandbox import SandboxResult, isolation, run_program, run_programs
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"),
+                                reason="the sandbox needs Linux")
+
+TIMEOUT_S = 3.0
+
+
+def _uid_of(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def sandbox_processes(mark: str, uid: int | None) -> list[str]:
+    """Live processes of a run: its marker in their command line, or its uid."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if mark.encode() in cmdline or (uid is not None and _uid_of(pid) == uid):
+            found.append(pid)
+    return found
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 (loopback only) that counts connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def open_dir():
+    """A world-writable directory outside /tmp (as a cache's can be): only the read-only
+    remount keeps the unprivileged uid from writing there."""
+    parent = Path(__file__).resolve().parents[1] / ".cache"
+    parent.mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="sandbox-open-", dir=parent))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def sandbox_root(tmp_path, monkeypatch):
+    """The parent's temporary directories go under the test's own tmp_path."""
+    root = tmp_path / "sandbox-root"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+HOSTILE = {
+    "fork_bomb": """
+import os
+while True:
+    os.fork()
+""",
+    "infinite_loop": """
+while True:
+    pass
+""",
+    "allocate_1tb": """
+block = bytearray(10 ** 12)
+block[-1] = 1
+""",
+    "write_outside": """
+written = []
+for path in ({outside!r}, {private!r}, "/tmp/{mark}", "/var/tmp/{mark}", "/dev/shm/{mark}"):
+    try:
+        with open(path, "w") as f:
+            f.write("escaped")
+        written.append(path)
+    except OSError:
+        pass
+assert len(written) == 5, written
+""",
+    "os_system": """
+import os
+assert os.system("echo escaped > {outside}") == 0
+""",
+    "subprocess": """
+import subprocess
+subprocess.run(["/bin/sh", "-c", "echo escaped > {outside}"], check=True)
+""",
+    "ctypes_system": """
+import ctypes
+assert ctypes.CDLL(None).system(b"echo escaped > {outside}") == 0
+""",
+    "reload_os": """
+import importlib, os
+os.system = lambda command: 1  # what a monkeypatching guard would do
+importlib.reload(os)
+assert os.system("echo escaped > {outside}") == 0
+""",
+    "socket_to_listener": """
+import socket
+connection = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+connection.sendall(b"escaped")
+""",
+    "setsid_daemon": """
+import os, time
+child = os.fork()
+if child == 0:
+    os.setsid()
+    if os.fork() == 0:  # the daemon: outlives its parent and the program
+        time.sleep(1.0)
+        try:
+            with open({outside!r}, "w") as f:
+                f.write("daemon")
+        except OSError:
+            pass
+        os._exit(0)
+    os._exit(0)
+os.waitpid(child, 0)
+raise SystemExit(1)  # what counts is the daemon; the program itself fails
+""",
+    "stdout_flood": """
+import sys
+while True:
+    sys.stdout.write("x" * 65536)
+""",
+    "kill_parent": """
+import os, signal
+for pid in (os.getppid(), 1, {test_pid}):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+raise SystemExit(1)
+""",
+}
+
+EXPECTED = {
+    "infinite_loop": {"timeout"},
+    "stdout_flood": {"output_limit"},
+}
+
+
+def hostile_source(name: str, outside, port: int, mark: str, private="/root/x") -> str:
+    """``outside``: a path in a world-writable directory; ``private``: one in a directory of
+    the test's own (root's, 0700)."""
+    return HOSTILE[name].format(outside=str(outside), private=str(private), port=port,
+                                mark=mark, test_pid=os.getpid())
+
+
+def assert_contained(result: SandboxResult, mark: str, outside, listener: Listener,
+                     precious, cwd: str, sandbox_root) -> None:
+    assert not outside.exists(), f"the program wrote {outside}"
+    assert not (precious.parent / f"private-{mark}").exists(), "the program wrote in tmp_path"
+    for scratch in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not any(mark in name for name in os.listdir(scratch)), f"a file in {scratch}"
+    assert os.listdir(sandbox_root) == [], "the working directory was not removed"
+    assert sandbox_processes(mark, result.uid) == [], "a process of the run is still alive"
+    assert listener.connections == 0, "the program reached the listener"
+    assert precious.read_text() == "precious" and os.getcwd() == cwd
+
+
+def test_machine_gives_full_isolation():
+    """This project's machines run as root on a kernel that allows namespaces (DESIGN.md):
+    the hostile table below runs with every layer on."""
+    probe = isolation()
+    if os.getuid() != 0:
+        pytest.skip("not root: the user-namespace path is tested where it exists")
+    assert probe.ok, probe
+    assert probe.network_isolated and probe.pid_namespace and probe.private_tmp, probe
+    assert probe.seccomp, probe.notes
+    assert sandbox.UID_RANGE[0] <= probe.uid < sandbox.UID_RANGE[1]
+
+
+def test_a_correct_program_runs():
+    result = run_program("import math\nprint(math.comb(5, 2))", timeout_s=TIMEOUT_S)
+    assert result.ok and result.returncode == 0 and result.stdout == "10\n", result
+    assert not result.timed_out and result.stderr == ""
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_program_is_contained(name, tmp_path, open_dir, listener, sandbox_root):
+    mark = f"zoopt-test-{uuid.uuid4().hex}"
+    outside = open_dir / f"outside-{mark}"
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    cwd = os.getcwd()
+    start = time.monotonic()
+    result = run_program(hostile_source(name, outside, listener.port, mark,
+                                        private=tmp_path / f"private-{mark}"),
+                         timeout_s=TIMEOUT_S, max_output_bytes=64 * 1024,
+                         env={"ZOOPT_TEST_MARK": mark})
+    elapsed = time.monotonic() - start
+    assert elapsed < 15.0
+    assert result.status != "ok" and result.status in EXPECTED.get(name, {"failed"}), result
+    assert_contained(result, mark, outside, listener, precious, cwd, sandbox_root)
+    if name == "setsid_daemon":  # the daemon would have woken up by now
+        time.sleep(1.5)
+        assert_contained(result, mark, outside, listener, precious, cwd, sandbox_root)
+    if name == "stdout_flood":
+        assert result.stdout_truncated and len(result.stdout) == 64 * 1024
+
+
+@pytest.mark.parametrize("name", ["os_system", "subprocess", "ctypes_system", "reload_os",
+                                  "socket_to_listener"])
+def test_each_layer_holds_without_seccomp(name, tmp_path, open_dir, listener, sandbox_root):
+    """With the syscall filter off (``execve`` and AF_INET allowed), the read-only mounts and
+    the network namespace still contain the program."""
+    mark = f"zoopt-test-{uuid.uuid4().hex}"
+    outside = open_dir / f"outside-{mark}"
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    result = run_program(hostile_source(name, outside, listener.port, mark),
+                         timeout_s=TIMEOUT_S, seccomp=False, allow_exec=True,
+                         env={"ZOOPT_TEST_MARK": mark})
+    assert result.status == "failed" and not result.seccomp, result
+    assert_contained(result, mark, outside, listener, precious, os.getcwd(), sandbox_root)
+    if name == "socket_to_listener":
+        assert "Network is unreachable" in result.stderr, result.stderr
+    else:  # the shell ran, as the sandbox uid, and met a read-only file system
+        assert "Read-only file system" in result.stderr, result.stderr
+
+
+def test_the_syscall_filter(tmp_path):
+    program = """
+import errno, os, socket
+for family in (socket.AF_INET, socket.AF_INET6):
+    try:
+        socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        assert exc.errno == errno.EAFNOSUPPORT, exc
+    else:
+        raise AssertionError("an internet socket")
+a, b = socket.socketpair()  # AF_UNIX stays allowed
+try:
+    os.execv("/bin/true", ["true"])
+except PermissionError:
+    print("no exec")
+"""
+    result = run_program(program, timeout_s=TIMEOUT_S)
+    assert result.ok and result.stdout == "no exec\n", result
+
+
+def test_the_program_sees_only_its_own_processes_and_files():
+    program = """
+import os
+print(os.getpid(), os.getuid() != 0, sorted(p for p in os.listdir("/proc") if p.isdigit()))
+print(os.getcwd(), os.listdir("."), os.listdir("/tmp"))
+"""
+    result = run_program(program, timeout_s=TIMEOUT_S)
+    assert result.ok, result
+    first, second = result.stdout.splitlines()
+    assert first == "2 True ['1', '2']"  # init and the program: a fresh PID namespace
+    assert second == "/tmp/work ['program.py'] ['work']"
+
+
+def test_limits_and_exit_codes():
+    assert run_program("import sys; sys.exit(3)", timeout_s=TIMEOUT_S).returncode == 3
+    result = run_program("raise ValueError('boom')", timeout_s=TIMEOUT_S)
+    assert result.status == "failed" and result.returncode == 1
+    assert result.stderr.startswith("Traceback") and "ValueError: boom" in result.stderr
+    assert 'File "program.py", line 1' in result.stderr and "_sandbox_boot" not in result.stderr
+    big_file = "open('big', 'wb').write(b'x' * (2 << 20))"
+    assert run_program(big_file, timeout_s=TIMEOUT_S, file_mb=1).status == "failed"
+    assert run_program(big_file, timeout_s=TIMEOUT_S, file_mb=4).ok
+    signalled = run_program("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+                            timeout_s=TIMEOUT_S)
+    assert signalled.status == "failed" and signalled.returncode == -11
+
+
+def test_stderr_is_capped_too():
+    result = run_program("import sys\nwhile True: sys.stderr.write('e' * 4096)",
+                         timeout_s=TIMEOUT_S, max_output_bytes=10_000)
+    assert result.status == "output_limit" and result.stderr_truncated
+    assert len(result.stderr) == 10_000
+
+
+def test_cancel_stops_a_run_and_leaves_nothing(sandbox_root):
+    mark = f"zoopt-test-{uuid.uuid4().hex}"
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    start = time.monotonic()
+    result = run_program("while True: pass", timeout_s=30, cancel=cancel,
+                         env={"ZOOPT_TEST_MARK": mark})
+    assert result.status == "cancelled" and time.monotonic() - start < 5
+    assert sandbox_processes(mark, result.uid) == [] and os.listdir(sandbox_root) == []
+
+
+def test_network_mode_is_checked():
+    with pytest.raises(ValueError, match="network"):
+        run_program("pass", network="allow")
+
+
+def test_fallback_without_namespaces_still_kills_daemons(tmp_path, open_dir, sandbox_root):
+    """``namespaces=False`` (what a kernel that refuses them gives): a subreaper sweep, not
+    the PID namespace, kills the setsid daemon; the run is recorded as not isolated, and
+    ``network="refuse"`` would not have run it at all."""
+    mark = f"zoopt-test-{uuid.uuid4().hex}"
+    source = hostile_source("setsid_daemon", open_dir / "outside", 1, mark)
+    refused = run_program(source, timeout_s=TIMEOUT_S, namespaces=False)
+    assert refused.status == "refused" and not refused.network_isolated
+    with pytest.warns(RuntimeWarning, match="network"):
+        result = run_program(source, timeout_s=TIMEOUT_S, namespaces=False, network="warn",
+                             env={"ZOOPT_TEST_MARK": mark})
+    assert result.status == "failed" and not result.pid_namespace, result
+    assert sandbox_processes(mark, result.uid) == []
+    time.sleep(1.5)
+    assert sandbox_processes(mark, result.uid) == []
+    assert not (open_dir / "outside").exists()  # killed before it woke up
+
+
+def test_run_programs_keeps_order_and_a_batch_deadline(sandbox_root):
+    sources = [f"print({i})" for i in range(4)] + ["while True: pass"] * 2
+    start = time.monotonic()
+    results = run_programs(sources, workers=2, deadline_s=4.0, timeout_s=30)
+    assert time.monotonic() - start < 10
+    assert [r.stdout for r in results[:4]] == [f"{i}\n" for i in range(4)]
+    assert all(r.status in ("cancelled", "timeout") for r in results[4:]), results[4:]
+    assert os.listdir(sandbox_root) == []
+    envs = [{"X": "a"}, {"X": "b"}]
+    results = run_programs(["import os; print(os.environ['X'])"] * 2, workers=2, envs=envs)
+    assert [r.stdout for r in results] == ["a\n", "b\n"]
