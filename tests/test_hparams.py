@@ -294,3 +294,26 @@ def test_build_es_checks_a_dict_that_did_not_come_through_load_config():
         build_es({**default_config("train"), "sigma": "abc"})
     es = build_es({**default_config("train"), "sigma": "5e-2", "noise": {"kind": "low_rank", "rank": 2}})
     assert es.sigma == 0.05 and es.lr == 2.5e-3 and es.population_size == 16 and es.noise == LowRank(rank=2)
+
+
+def test_noise_rank_is_a_key_on_every_path_that_sets_keys(tmp_path):
+    """``noise.rank`` (LowRank(rank=r), docs/concepts.md) is absent from the defaults but settable
+    by --set, by compare's es./schedules' overrides and by a sweep space."""
+    import sweeps
+    from sweeps.spec import packaged_spec
+    from zoopt.checkpoint import SeedLog
+    from zoopt.cli import main
+    from zoopt.workflows.schedule import phase_config
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", "tiny", "--set", "noise.kind=low_rank", "--set", "noise.rank=2",
+                 "--set", "steps=1", "--set", "population_size=2", "--set", "prompts_per_step=2",
+                 "--set", "eval.n_problems=0", "--set", "export=false", "--set", f"run_dir={run}", "--quiet"]) == 0
+    assert SeedLog.load(run).header["noise"]["rank"] == 2
+    for overrides in ({"noise.kind": "low_rank", "noise.rank": 3}, {"noise": {"kind": "low_rank", "rank": 3}}):
+        assert phase_config("es", {}, ("es", overrides))["noise"]["rank"] == 3
+    raw = yaml.safe_load(packaged_spec("tiny").read_text())
+    raw.update(set={"noise.kind": "low_rank"}, space={"noise.rank": {"type": "int", "low": 1, "high": 4}})
+    assert sweeps.load_spec(raw).trial_config({"noise.rank": 4}, None)["noise"]["rank"] == 4
+    with pytest.raises(ConfigError, match="unknown config key 'noise.rang'"):
+        phase_config("es", {}, ("es", {"noise.rang": 2}))

@@ -22,6 +22,9 @@ import yaml
 from .hparams import CONFIGS, ConfigError, optional_keys, to_dict, validate
 
 OPEN_SECTIONS = {"objective_args", "engine_args"}  # free-form: passed to constructors
+# dotted keys a config may add although its defaults leave them out (noise.rank), for every caller of
+# set_dotted/merge: --set, compare's es./grpo. sections, schedules' overrides, sweep spaces
+OPTIONAL_KEYS = frozenset().union(*(optional_keys(cls) for cls in CONFIGS.values()))
 
 
 def default_config(name: str = "train") -> dict:
@@ -67,7 +70,7 @@ def merge(config: dict, user: dict) -> None:
         set_dotted(config, str(key), value)
 
 
-def set_dotted(config: dict, key: str, value: Any, optional: Collection[str] = ()) -> None:
+def set_dotted(config: dict, key: str, value: Any, optional: Collection[str] = OPTIONAL_KEYS) -> None:
     """Set ``config[a][b] = value`` for ``key = "a.b"``, refusing keys the defaults lack
     (except the dotted keys in ``optional``, which a config may add: ``noise.rank``)."""
     parts = key.split(".")
