@@ -11,6 +11,7 @@ from zoopt.workflows.compare import compare, load_compare_config, plan_methods, 
 from zoopt.config import ConfigError
 from zoopt.workflows.schedule import run_schedule
 from zoopt.workflows.run import build_engine
+from zoopt.workflows.train import export_from_seedlog
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402
@@ -118,6 +119,9 @@ def test_compare_in_process_writes_the_table_and_plots(tmp_path):
     table = check_outputs(result, tmp_path / "cmp", 64)
     assert table["es"]["peak_rss_mib"] is None  # not attributable in-process
     assert not (tmp_path / "cmp" / "es" / "model").exists()  # keep_models=false
+    # ... but GRPO→ES's ES phase still exports from its seed log, onto its start_model/
+    path, checksum = export_from_seedlog(tmp_path / "cmp" / "grpo_es" / "phase1-es", tmp_path / "exported")
+    assert checksum == next(m for m in result["methods"] if m["name"] == "grpo_es")["checksum"]
     # ES→GRPO's ES half is ES alone's first step, bit for bit (same seed, same prompts)
     es = json.loads((tmp_path / "cmp" / "es" / "phase0-es" / "metrics.jsonl").read_text().splitlines()[0])
     half = json.loads((tmp_path / "cmp" / "es_grpo" / "phase0-es" / "metrics.jsonl").read_text().splitlines()[0])

@@ -19,6 +19,7 @@ from sweeps.spec import packaged_spec
 from sweeps.study import make_storage
 from zoopt.checkpoint import SeedLog
 from zoopt.config import load_config
+from zoopt.workflows.train import export_from_seedlog
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SMALL = {"prompts_per_step": 2, "eval": {"n_problems": 4, "max_new_tokens": 2},
@@ -67,11 +68,16 @@ def test_rerun_adds_trials_to_the_same_study(tmp_path):
         run_dir = tmp_path / "resume" / "trials" / f"trial-{t.number:04d}"
         assert t.user_attrs["run_dir"] == str(run_dir)
         assert SeedLog.load(run_dir / "seedlog.json").steps_done == 2 == t.user_attrs["steps"]
+        # docs/sweeps.md: every trial has its metrics.jsonl, one line per step, ES as GRPO
+        assert [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1]
         cfg = t.user_attrs["config"]
         assert (cfg["sigma"], cfg["lr"], cfg["population_size"]) == (
             t.params["sigma"], t.params["lr"], t.params["population_size"])
         assert json.loads((run_dir / "eval_after.json").read_text())["greedy_accuracy"] == t.value
     assert len({t.params["sigma"] for t in study.trials}) == 5  # the resumed sampler does not replay draws
+    # trials keep no weights: the seed log rebuilds them (zoopt export)
+    path, _ = export_from_seedlog(tmp_path / "resume" / "trials" / "trial-0004", tmp_path / "w")
+    assert (path / "config.json").is_file()
 
 
 def test_resuming_with_other_objectives_is_refused(tmp_path):

@@ -18,7 +18,9 @@ child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (
 ``_LAUNCHER`` for why not the parent itself), and both are reported (MiB).  In-process
 (``isolate: false``, for tests) memory is not attributable to one method and is reported as
 ``null``.  Results: ``compare.json`` (everything), ``compare.md`` (the table),
-``pass_at_k.png`` and ``train_reward.png`` in the run directory.
+``pass_at_k.png`` and ``train_reward.png`` in the run directory.  ``keep_models: false`` removes
+each method's final ``model/`` once D_rel is measured; the ``start_model/`` of an ES phase that
+follows another phase is kept, since that phase's seed log replays onto it (``zoopt export``).
 """
 
 from __future__ import annotations
@@ -218,11 +220,9 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
     (run_dir / "compare.json").write_text(json.dumps(out, indent=2))
     (run_dir / "compare.md").write_text(_markdown(cfg, table))
     figures = _plots(run_dir, cfg, results)
-    if not cfg["keep_models"]:
-        for r in results:
+    if not cfg["keep_models"]:  # each method's final weights; an ES phase's start_model/ stays: its seed log
+        for r in results:       # replays onto it (zoopt export PHASE_DIR)
             shutil.rmtree(r["model_dir"], ignore_errors=True)
-            for p in r["phases"]:
-                shutil.rmtree(Path(p["dir"]) / "start_model", ignore_errors=True)
     log(f"compare: wrote {run_dir / 'compare.json'}, {run_dir / 'compare.md'}" + "".join(f", {f}" for f in figures))
     return {"run_dir": run_dir, **out, "figures": figures}
 
