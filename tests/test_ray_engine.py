@@ -1,0 +1,139 @@
+"""The Ray engine runs the engine conformance suite unchanged, spreads generation over its
+replicas with the single-process results, and is reached through the registry and config.
+
+One module-scoped local cluster (loopback, ``num_cpus=0`` replicas of the tiny model); the
+fault-tolerance tests (T1–T5 of issue 15) are in ``tests/test_ray_faults.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ray_helpers import local_cluster, ray, tiny_ray  # noqa: E402
+
+from engine_conformance import LLMEngineConformance  # noqa: E402
+from zoopt.config import ConfigError, load_config  # noqa: E402
+from zoopt.engines.base import Sampling  # noqa: E402
+from zoopt.engines.hf import HFEngine  # noqa: E402
+from zoopt.noise import Gaussian  # noqa: E402
+from zoopt.registry import ENGINES  # noqa: E402
+from zoopt.types import Member, Population  # noqa: E402
+from zoopt.workflows.run import build_engine  # noqa: E402
+
+PROMPTS = ["1 + 2 =", "hello world", "The cat sat on", "3 + 4 =", "a b c", "x", "the end of"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    with local_cluster():
+        yield
+        if shared_engine.cache_info().currsize:
+            shared_engine().close()
+        shared_engine.cache_clear()
+
+
+@functools.lru_cache(maxsize=None)
+def shared_engine():
+    return tiny_ray(2, batch_size=8)
+
+
+class TestRayEngine(LLMEngineConformance):
+    make_engine = staticmethod(shared_engine)
+
+
+def tokens(results):
+    return [[c.token_ids for c in per_prompt] for per_prompt in results]
+
+
+def test_generate_splits_prompts_over_replicas_with_single_process_results(one_thread):
+    engine, local = shared_engine(), HFEngine.from_pretrained("tiny", batch_size=8)
+    for sampling in (Sampling(temperature=0.0, max_new_tokens=5),
+                     Sampling(temperature=1.0, max_new_tokens=5, n=2, seed=9)):
+        got = engine.generate(PROMPTS, sampling)
+        assert tokens(got) == tokens(local.generate(PROMPTS, sampling))
+        assert {c.meta.get("replica") for r in got for c in r} <= {0, 1}
+    calls = engine.ray_stats.replica_seconds
+    engine.generate(PROMPTS, Sampling(temperature=0.0, max_new_tokens=2))
+    assert engine.ray_stats.replica_seconds > calls
+
+
+def test_population_members_spread_over_both_replicas_and_counters_move():
+    engine = shared_engine()
+    population = Population(step=0, sigma=0.05, members=tuple(Member(s) for s in range(6)))
+    before = dict(engine.ray_stats.as_dict())
+    out = engine.generate_population(Gaussian(), population, PROMPTS[:2], Sampling(temperature=0.0, max_new_tokens=3))
+    replicas = {c.meta["replica"] for member in out for per_prompt in member for c in per_prompt}
+    assert replicas == {0, 1}, "one replica did every member"
+    after = engine.ray_stats.as_dict()
+    assert after["populations"] == before["populations"] + 1 and after["members"] == before["members"] + 6
+    assert after["requeued"] == before["requeued"] and after["lost"] == 0
+    assert [r["state"] for r in engine.replicas] == ["ready", "ready"]
+    assert {r["ip"] for r in engine.replicas} == {"127.0.0.1"}
+
+
+def test_state_dict_and_export_come_from_a_replica(tmp_path):
+    from zoopt.engines.weights import digest
+
+    engine = shared_engine()
+    assert digest(engine.state_dict().items()) == engine.master_checksum()
+    out = engine.export_pretrained(tmp_path / "model")
+    assert HFEngine.from_pretrained(str(out)).master_checksum() == engine.master_checksum()
+
+
+def test_ray_is_a_registered_engine_and_engine_args_are_checked(tmp_path):
+    assert "ray" in ENGINES.names()
+    cfg = load_config(overrides=["model=tiny", "dtype=float32", "engine=ray", "engine_args.bogus=1",
+                                 "noise_cache_gb=0"])
+    with pytest.raises(ConfigError, match="engine_args.bogus"):
+        build_engine(cfg)
+    with pytest.raises(ValueError, match="replicas"):
+        tiny_ray(0)
+    with pytest.raises(ValueError, match="placement"):
+        tiny_ray(1, placement="EVERYWHERE")
+
+
+def run_python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).parents[1])
+
+
+def test_importing_zoopt_does_not_import_ray_and_a_missing_ray_is_one_line():
+    out = run_python("""
+        import sys, zoopt, zoopt.registry, zoopt.workflows.run
+        assert "ray" not in sys.modules, "import zoopt imported ray"
+        sys.modules["ray"] = None  # as if it were not installed
+        try:
+            zoopt.registry.ENGINES.get("ray")
+        except ImportError as exc:
+            print("ERR", exc)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == 'ERR the ray engine needs Ray, which is not installed: pip install "zoopt-llm[ray]"'
+
+
+def test_an_engine_without_a_cluster_starts_a_local_one_on_loopback_and_shuts_it_down():
+    # (another process: this module's cluster is already up)
+    out = run_python("""
+        import os
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None); os.environ.pop("RAY_AUTH_MODE", None)
+        import ray
+        from zoopt.engines.ray import RayEngine
+        from zoopt.models import cache_dir
+        engine = RayEngine.from_pretrained("tiny", replicas=1, num_cpus=0, threads=1, object_store_memory=80 * 2**20)
+        print("NODES", sorted({n["NodeManagerAddress"] for n in ray.nodes()}))
+        print("REPLICA", engine.replicas[0]["ip"])
+        print("TEMP", ray._private.worker._global_node.get_temp_dir_path().startswith(str(cache_dir().absolute())))
+        engine.close()
+        print("UP", ray.is_initialized())
+    """)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["NODES"] == "['127.0.0.1']" and lines["REPLICA"] == "127.0.0.1"
+    assert lines["TEMP"] == "True" and lines["UP"] == "False"
