@@ -1,0 +1,118 @@
+"""MBPP (Austin et al. 2021): write a Python function from a one-line description; its three
+``assert`` tests are the reward.
+
+Data: ``datasets.load_dataset(path, config)`` — by default the hub's
+``google-research-datasets/mbpp``, config ``"full"`` (columns ``task_id``, ``text``, ``code``,
+``test_list``, ``test_setup_code``, ``challenge_test_list``) or ``"sanitized"`` (``prompt``
+instead of ``text``, ``test_imports`` instead of ``test_setup_code``); it needs the hub or its
+cache.  ``data_files`` reads local files in either format instead: a dict from the dataset's
+split names to JSON Lines (or Parquet) files, e.g. ``{"train": "mbpp/train.jsonl", "test":
+"mbpp/test.jsonl"}``.  Our ``train``/``test`` are the dataset's own ``train``/``test`` splits
+(``splits`` maps them otherwise, e.g. ``{"train": "validation"}``); MBPP's splits share no
+problem.
+
+The program run for a completion: the completion's code
+(:func:`objectives.program_tests.extract_code`: the last fenced block, else the whole text),
+the problem's setup code, then each test of ``test_list`` (plus ``challenge_test_list`` with
+``challenge_tests=True``) reported on its own.  Reward: 1.0 when every test passed and the
+program exited cleanly, else 0.0 (``partial_credit=True``: the fraction passed).  Programs
+run in :mod:`objectives.sandbox`; see :class:`objectives.program_tests.ProgramTestObjective`
+for the time limits and workers.
+
+Columns: ``task_id``, ``test_list`` (list[str]), ``test_setup_code`` (str).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zoopt.objective import check_split
+
+from . import register
+from .program_tests import ProgramTestObjective, extract_code, test_program
+
+# The prompt of the MBPP paper (and of lm-evaluation-harness' mbpp task), zero-shot.
+TEMPLATE = ("You are an expert Python programmer, and here is your task: {description} "
+            "Your code should pass these tests:\n\n{tests}\n")
+HUB_PATH = "google-research-datasets/mbpp"
+
+
+@register("mbpp")
+class MBPP(ProgramTestObjective):
+    """MBPP; ``template`` is formatted with ``description`` and ``tests`` (one per line)."""
+
+    name = "mbpp"
+
+    def __init__(self, path: str = HUB_PATH, config: str | None = "full",
+                 data_files: dict[str, str | list[str]] | None = None,
+                 splits: dict[str, str] | None = None, template: str = TEMPLATE,
+                 challenge_tests: bool = False, system_prompt: str | None = None,
+                 **options) -> None:
+        try:
+            template.format(description="", tests="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"template must use only {{description}} and {{tests}}: {exc!r}") from None
+        if data_files is not None and not isinstance(data_files, dict):
+            raise ValueError("data_files must be a dict from split names to files, got "
+                             f"{type(data_files).__name__}")
+        self.path, self.config, self.data_files = path, config, data_files
+        self.splits = {"train": "train", "test": "test", **(splits or {})}
+        self.template, self.challenge_tests = template, bool(challenge_tests)
+        self.system_prompt = system_prompt
+        self._loaded: dict[str, list[dict]] = {}
+        super().__init__(**options)
+
+    def problems(self, split: str, n: int | None = None) -> list[dict]:
+        """The problems of ``split`` (the first ``n``) as ``{task_id, description, tests,
+        setup}``."""
+        check_split(split)
+        if split not in self._loaded:
+            self._loaded[split] = [_normalise(row, self.challenge_tests)
+                                   for row in self._load(self.splits[split])]
+        problems = self._loaded[split]
+        if n is not None and n > len(problems):
+            raise ValueError(f"mbpp has {len(problems)} {split!r} problems, {n} asked")
+        return problems if n is None else problems[:int(n)]
+
+    def split_size(self, split: str) -> int:
+        """Problems in ``split``."""
+        return len(self.problems(split))
+
+    def _load(self, hub_split: str):
+        from datasets import load_dataset
+
+        if self.data_files is None:
+            return load_dataset(self.path, self.config, split=hub_split)
+        files = self.data_files.get(hub_split)
+        if files is None:
+            raise ValueError(f"mbpp data_files has no {hub_split!r} split "
+                             f"(it has {', '.join(sorted(self.data_files))})")
+        first = files if isinstance(files, str) else files[0]
+        builder = "parquet" if Path(first).suffix == ".parquet" else "json"
+        return load_dataset(builder, data_files={hub_split: files}, split=hub_split)
+
+    def dataset(self, split: str, n: int | None = None):
+        from datasets import Dataset
+
+        problems = self.problems(split, n)
+        return Dataset.from_dict({
+            "prompt": [self.template.format(description=p["description"],
+                                            tests="\n".join(p["tests"])) for p in problems],
+            "task_id": [p["task_id"] for p in problems],
+            "test_list": [p["tests"] for p in problems],
+            "test_setup_code": [p["setup"] for p in problems],
+        })
+
+    def program(self, completion: str, row: dict) -> tuple[str, int]:
+        tests = list(row["test_list"])
+        return test_program(extract_code(completion), tests,
+                            setup=row.get("test_setup_code") or ""), len(tests)
+
+
+def _normalise(row: dict, challenge_tests: bool) -> dict:
+    """A hub row of either config as ``{task_id, description, tests, setup}``."""
+    tests = list(row["test_list"]) + (list(row.get("challenge_test_list") or [])
+                                      if challenge_tests else [])
+    setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+    return {"task_id": row["task_id"], "description": row.get("text") or row.get("prompt") or "",
+            "tests": tests, "setup": setup}
