@@ -18,7 +18,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 0x4000, 1 << 18, 1 << 21
 ST_NOSUID, ST_NODEV, ST_NOEXEC, ST_NOATIME, ST_NODIRATIME, ST_RELATIME = 2, 4, 8, 1024, 2048, 4096
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
-AF_UNIX = 1
+SOCKET_TYPES_DENIED = (2, 3, 4, 5, 10)  # all but SOCK_STREAM: DGRAM, RAW, RDM, SEQPACKET, PACKET
 
 # Kernel attack surface a Python test never needs (EPERM); docker's default profile is wider.
 DENIED_SYSCALLS = (
@@ -86,7 +86,12 @@ def build_filter(cfg: dict):
     f.add_rule(seccomp.ERRNO(38), "clone3")  # ENOSYS: its flags cannot be inspected; libc falls back
     for flag in NAMESPACE_FLAGS:
         f.add_rule(seccomp.ERRNO(1), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
-    f.add_rule(seccomp.ERRNO(97), "socket", seccomp.Arg(0, seccomp.NE, AF_UNIX))  # EAFNOSUPPORT
+    # No socket() at all: the network namespace already has no route out, and a Unix socket
+    # could connect to a socket file on the host (the read-only mount does not stop connect()).
+    # A stream socketpair() (multiprocessing.Pipe, asyncio's self-pipe) reaches nothing else.
+    f.add_rule(seccomp.ERRNO(1), "socket")
+    for kind in SOCKET_TYPES_DENIED:
+        f.add_rule(seccomp.ERRNO(1), "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, 0xF, kind))
     return f
 
 

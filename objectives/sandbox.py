@@ -16,7 +16,7 @@ docs/sandbox.md for the threat model):
 * resource limits: CPU seconds, address space, file size, open files, processes, no core
   dumps;
 * a seccomp filter (pyseccomp over the system's libseccomp) denying ``execve`` (unless
-  ``allow_exec``), every socket family but AF_UNIX, namespace creation, ``ptrace``, ``mount``,
+  ``allow_exec``), ``socket`` (a stream ``socketpair`` stays), namespace creation, ``ptrace``, ``mount``,
   ``bpf``, ``io_uring``, keyrings, module loading and similar kernel attack surface;
 * stdout and stderr read by a bounded reader: past ``max_output_bytes`` on either stream the
   program is stopped (status ``"output_limit"``).
