@@ -97,6 +97,7 @@ class _Slot:
     sync: Any = None            # the ref of the replay in flight
     sync_reload: bool = False
     sync_failures: int = 0
+    failing_since: float | None = None
     info: dict = field(default_factory=dict)
 
 
@@ -199,6 +200,11 @@ class RayEngine(Engine):
         """One dict per replica: ``index``, ``state`` (ready | syncing | dead) and what it
         reported when it started (``pid``, ``node``, ``ip``)."""
         return [{"index": s.index, "state": s.state, **s.info} for s in self._slots]
+
+    def actor(self, index: int):
+        """The Ray actor handle of replica ``index`` (its :class:`~zoopt.engines.ray_replica.Replica`
+        methods, ``debug_*`` test hooks included, are ``handle.method.remote(...)``)."""
+        return self._slots[index].handle
 
     @property
     def version(self) -> int:
@@ -549,11 +555,14 @@ class RayEngine(Engine):
         ref, slot.sync = slot.sync, None
         try:
             version, master, applied = ray.get(ref)
-        except RayActorError as exc:
+        except RayActorError as exc:  # unavailable while Ray restarts it: ask again, up to start_timeout_s
             slot.sync_failures += 1
-            if isinstance(exc, ActorDiedError) or self.max_restarts == 0 or slot.sync_failures > 3:
+            slot.failing_since = slot.failing_since or time.monotonic()
+            if (isinstance(exc, ActorDiedError) or self.max_restarts == 0
+                    or time.monotonic() - slot.failing_since > self.start_timeout_s):
                 self._drop(slot, f"replica {slot.index} could not rejoin ({type(exc).__name__}); going on without it")
             else:
+                time.sleep(min(1.0, 0.1 * slot.sync_failures))
                 self._start_sync(slot, slot.sync_reload)
             return
         except ray.exceptions.RayError as exc:
@@ -571,7 +580,7 @@ class RayEngine(Engine):
                 self._drop(slot, f"replica {slot.index} replayed the log from the base model and still holds another "
                                  f"master (another device type or library version?): left out")
             return
-        slot.state, slot.sync_failures = "ready", 0
+        slot.state, slot.sync_failures, slot.failing_since = "ready", 0, None
         self.ray_stats.replays += 1
         self._event(f"replica {slot.index} replayed {applied} updates and rejoined at update {version}")
 
