@@ -55,6 +55,8 @@ def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: s
     p.add_argument("--engine", help=engine)
     p.add_argument("--config", help=f"YAML config (defaults: zoopt/configs/{config}.yaml)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+    p.add_argument("--ray-address", dest="set", action="append", metavar="ADDRESS", type="engine_args.address={}".format,
+                   help="with --engine ray: attach to this Ray cluster (auto, HOST:PORT); default: start a local one")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
