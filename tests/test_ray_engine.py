@@ -8,6 +8,7 @@ fault-tolerance tests (T1–T5 of issue 15) are in ``tests/test_ray_faults.py``.
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import sys
 import textwrap
@@ -137,3 +138,20 @@ def test_an_engine_without_a_cluster_starts_a_local_one_on_loopback_and_shuts_it
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert lines["NODES"] == "['127.0.0.1']" and lines["REPLICA"] == "127.0.0.1"
     assert lines["TEMP"] == "True" and lines["UP"] == "False"
+
+
+def test_zoopt_train_on_ray_attaches_with_ray_address_and_leaves_the_cluster_up(tmp_path):
+    address = ray.get_runtime_context().gcs_address
+    digits = f"{Path(__file__).parent / 'digits_objective.py'}:Digits"
+    sets = ["model=tiny", "dtype=float32", "prompts_per_step=4", "sampling.max_new_tokens=4", "eval.n_problems=0",
+            "export=false", "population_size=4", "sigma=0.05", "lr=0.05", "noise_cache_gb=0", "steps=2",
+            "engine_args.replicas=2", "engine_args.inner=hf", "engine_args.num_cpus=0", "engine_args.threads=1",
+            f"run_dir={tmp_path / 'run'}"]
+    out = subprocess.run([sys.executable, "-m", "zoopt.cli", "train", "--quiet", "--engine", "ray", "--ray-address",
+                          address, "--objective", digits, *[x for s in sets for x in ("--set", s)]],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    log = json.loads((tmp_path / "run" / "seedlog.json").read_text())
+    assert len(log["updates"]) == 2 and log["config"]["engine_args"]["address"] == address
+    assert (tmp_path / "run" / "checksum.txt").read_text().strip()
+    assert shared_engine().checksum()  # the attached cluster is still up: the run did not shut it down
