@@ -25,9 +25,10 @@ import os
 import secrets
 import signal
 import threading
+import warnings
 from typing import Any
 
-from zoopt.objective import Objective, completion_text
+from zoopt.objective import Objective, ZooptWarning, completion_text
 
 from .sandbox import NETWORK_MODES, SandboxResult, isolation, run_programs
 
@@ -113,7 +114,8 @@ class ProgramTestObjective(Objective):
 
     * ``partial_credit`` — reward the fraction of tests passed instead of all-or-nothing.
     * ``timeout_s`` — wall-clock limit of one program; ``batch_timeout_s`` — of the whole
-      batch (programs still running then score what they reported; those not started, 0).
+      batch (programs still running then score what they reported; those not started, 0;
+      a ZooptWarning says so).
       When called under :func:`zoopt.objective.score`'s timer, the batch also ends 0.25 s
       before that timer would fire, so the guard's own fallback is not triggered.
     * ``workers`` — programs at once (default: the CPU count).
@@ -160,6 +162,10 @@ class ProgramTestObjective(Objective):
                                envs=[{NONCE_VARIABLE: nonce} for nonce in nonces],
                                **self.sandbox_options)
         self.last_results = results
+        if any(r.status in ("cancelled", "skipped") for r in results):
+            warnings.warn(f"{self.name}: some programs had not finished when the batch's time ran "
+                          "out and scored 0; raise reward_timeout_s (the reward guard's limit), "
+                          "batch_timeout_s or workers", ZooptWarning, stacklevel=2)
         return [self._reward(result, nonce, n_tests)
                 for result, nonce, (_, n_tests) in zip(results, nonces, built)]
 

@@ -24,7 +24,7 @@ from objectives.humaneval import HumanEval, load_problems, truncate
 from objectives.mbpp import MBPP, _normalise
 from objectives.program_tests import extract_code
 from objectives.sandbox import SandboxResult
-from zoopt.objective import score
+from zoopt.objective import ZooptWarning, score
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mbpp"
 DATA_FILES = {"train": str(FIXTURE / "train.jsonl"), "test": str(FIXTURE / "test.jsonl")}
@@ -220,7 +220,8 @@ def test_the_batch_ends_before_the_reward_guard_fires(mbpp, sandbox_root):
     prompts, columns = columns_of(objective, "train", 1)
     texts = ["while True:\n    pass"] * 3 + [ADD]
     start = time.monotonic()
-    result = score(objective, prompts * 4, texts, repeat(columns, 0, 4), timeout_s=2.0)
+    with pytest.warns(ZooptWarning, match="reward_timeout_s"):
+        result = score(objective, prompts * 4, texts, repeat(columns, 0, 4), timeout_s=2.0)
     assert time.monotonic() - start < 4.0
     assert result.rewards[:3] == [0.0] * 3 and result.timed_out == 0 and result.failed == 0
     assert [r.status for r in objective.last_results[:2]] == ["cancelled"] * 2
