@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from zoopt.config import ConfigError, load_config, merge, set_dotted
+from zoopt.config import ConfigError, absolute_paths, load_config, merge, set_dotted
 
 from .samplers import build_pruner, build_sampler
 from .space import Param, SpecError, parse_param
@@ -196,7 +196,7 @@ def _base_config(base: Any, overrides: Any, root: Path, defaults: str = "train")
             merge(cfg, overrides)
         except ConfigError as exc:
             raise SpecError(f"set: {exc}") from None
-    return cfg
+    return absolute_paths(cfg)
 
 
 def _space(raw: Any, base: dict) -> dict[str, Param]:

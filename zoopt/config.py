@@ -6,7 +6,9 @@ becomes a float in a float key).  A key that the defaults do not have is an erro
 (with the closest known key), so a typo never silently trains with the default; for the
 ``train`` and ``grpo`` bases every value is checked against its rule
 (:class:`zoopt.hparams.TrainConfig`, :class:`~zoopt.hparams.GRPOConfig`), and a bad one is a
-one-line :class:`ConfigError` naming the key.  Callers receive plain dicts.
+one-line :class:`ConfigError` naming the key.  Callers receive plain dicts, whose local paths
+(``objective: path/to/file.py:attr``, a ``model`` directory) are absolute (:func:`absolute_paths`),
+so a run's ``config.yaml`` means the same from any working directory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Collection, Iterable
 import yaml
 
 from .hparams import CONFIGS, ConfigError, optional_keys, to_dict, validate
+from .plugins import is_file_spec
 
 OPEN_SECTIONS = {"objective_args", "engine_args"}  # free-form: passed to constructors
 # dotted keys a config may add although its defaults leave them out (noise.rank), for every caller of
@@ -43,7 +46,27 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), b
     optional = optional_keys(CONFIGS[base]) if base in CONFIGS else ()
     for key, value in config_items(path, overrides):
         set_dotted(config, key, value, optional)
+    absolute_paths(config)
     return validate(config, base) if base in CONFIGS else config
+
+
+MODEL_NAMES = ("smollm2-135m", "tiny")  # names zoopt.models resolves before looking for a directory
+
+
+def absolute_paths(config: dict) -> dict:
+    """Make ``config``'s local paths absolute, in place: ``objective: dir/file.py:attr`` (an existing
+    file) and ``model`` (an existing directory that is not a model name).  Names, module targets and
+    paths that do not exist are left as they are.  Returns ``config``."""
+    objective = config.get("objective")
+    if isinstance(objective, str) and ":" in objective:
+        where, attr = objective.rsplit(":", 1)
+        if is_file_spec(where) and Path(where).expanduser().is_file():
+            config["objective"] = f"{Path(where).expanduser().resolve()}:{attr}"
+    model = config.get("model")
+    if (isinstance(model, str) and model not in MODEL_NAMES and not model.startswith("tiny:")
+            and Path(model).expanduser().is_dir()):
+        config["model"] = str(Path(model).expanduser().resolve())
+    return config
 
 
 def config_items(path: str | Path | None, overrides: Iterable[str]) -> list[tuple[str, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import default_config, merge, set_dotted
+from ..config import absolute_paths, default_config, merge, set_dotted
 from ..state import resolve_model, run_config
 
 MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
@@ -110,7 +110,7 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
             cfg[flag] = value
     cfg["eval"]["n_samples"] = int(n_samples)
     cfg["eval"]["ks"] = [int(k) for k in ks]
-    return cfg
+    return absolute_paths(cfg)
 
 
 def slug(text: str) -> str:

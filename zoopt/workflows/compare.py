@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import ConfigError, config_items, default_config, merge
+from ..config import ConfigError, absolute_paths, config_items, default_config, merge
 from ..metrics import relative_drift
 from ..models import load_model
 from ..plots import plot_pass_at_k, plot_reward_curves
@@ -68,7 +68,7 @@ def load_compare_config(path: str | Path | None = None, overrides=()) -> dict:
         else:
             cfg[head][rest] = value
     check_compare_config(cfg)
-    return cfg
+    return absolute_paths(cfg)
 
 
 def check_compare_config(cfg: dict) -> None:

@@ -22,6 +22,7 @@ from ..extras import missing_dependency
 from ..evaluate import EvalResult, evaluate
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..noise import noise_from_dict
+from ..plugins import is_file_spec
 from ..registry import ENGINES, ESTIMATORS, build, resolve_target
 
 # The plugin package of objectives, reached through a lazy target (the core never imports it).
@@ -118,8 +119,16 @@ def run_dir_for(cfg: dict, prefix: str = "") -> Path:
     """``cfg["run_dir"]``, else ``runs/<prefix><objective>-<time>``."""
     if cfg.get("run_dir"):
         return Path(cfg["run_dir"])
-    name = str(cfg["objective"]).replace("/", "_").replace(":", "_").replace(".py", "")
-    return Path("runs") / f"{prefix}{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path("runs") / f"{prefix}{objective_label(cfg['objective'])}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def objective_label(spec: str) -> str:
+    """A file-name-safe label of an objective spec: ``gsm8k``; ``/abs/dir/rewards.py:fn`` → ``rewards_fn``."""
+    text = str(spec)
+    if ":" in text:
+        where, attr = text.rsplit(":", 1)
+        text = f"{Path(where).stem if is_file_spec(where) else where}_{attr}"
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text).strip("._") or "objective"
 
 
 def eval_kwargs(cfg: dict) -> dict:
