@@ -1,5 +1,5 @@
 """A local Ray cluster for tests: loopback only, no token auth, no dashboard, temp dir under the
-project cache, a small object store (DESIGN.md, "Scaling out and up")."""
+project cache, a small object store (docs/design.md, "Scaling out and up")."""
 
 from __future__ import annotations
 

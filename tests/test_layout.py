@@ -7,7 +7,7 @@ module level or inside a function — naming ``b``; relative imports are resolve
 Imports under ``if TYPE_CHECKING:`` (annotations only) never run and are not edges.
 A shared helper belongs below all its users, so the graph must have no cycle; and the core
 (``zoopt``) reaches the plugin packages only through the registry's lazy ``"module:attr"``
-targets (DESIGN.md), never by an import.
+targets (docs/design.md), never by an import.
 """
 
 from __future__ import annotations

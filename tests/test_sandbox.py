@@ -42,7 +42,7 @@ def assert_contained(result: SandboxResult, mark: str, outside, listener: Listen
 
 
 def test_machine_gives_full_isolation():
-    """This project's machines run as root on a kernel that allows namespaces (DESIGN.md):
+    """This project's machines run as root on a kernel that allows namespaces (docs/design.md):
     the hostile table below runs with every layer on."""
     probe = isolation()
     if os.getuid() != 0:

@@ -126,7 +126,7 @@ class TrainConfig(Config):
     Every key can be overridden with `--set key=value` (dotted for sections: sampling.n=4).
 
     The paper's σ=1.5e-3, α=2.5e-4 are for 1.5 B models with long reasoning; on the 135 M model
-    greedy outputs do not change at σ=1e-3 (DESIGN.md), hence σ=5e-3, α=σ/2.
+    greedy outputs do not change at σ=1e-3 (docs/design.md), hence σ=5e-3, α=σ/2.
     """
 
     model: str = _model()

@@ -1,4 +1,4 @@
-"""``zoopt train``: the ES loop of DESIGN.md on an LLM engine and a verifier objective.
+"""``zoopt train``: the ES loop (docs/design.md) on an LLM engine and a verifier objective.
 
 Per step:  ask → ``engine.generate_population`` (every member: perturb, generate the same
 prompts, score, restore) → tell → apply → append the update to the seed log (atomic) → one
