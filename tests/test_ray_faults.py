@@ -123,7 +123,7 @@ def assert_same_run(got: dict, reference: dict) -> None:
 def test_T1_parity_with_the_single_process_run(engine, reference, tmp_path):
     got = run(engine, tmp_path / "run")
     assert_same_run(got, reference)
-    assert engine._expected[1:] == reference["masters"]  # what every replica reported after each apply
+    assert engine.expected_masters[1:] == reference["masters"]  # what every replica reported after each apply
     stats = engine.ray_stats
     assert stats.members == STEPS * 8 and stats.requeued == stats.restarts == stats.disagreements == 0
 

@@ -39,66 +39,22 @@ multi-node set-up: ``docs/ray.md``.
 
 from __future__ import annotations
 
-import heapq
-import logging
 import math
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..atomic import atomic_directory
 from ..noise import Noise
 from ..types import Population, Update
 from .base import Completion, Engine, Prompt, Sampling
 from .ray_cluster import connect, placement, require_ray
-from .ray_replica import Refused, Replica, can_offset
+from .ray_pool import NoReplicaLeft, RayStats, ReplicaPool, _last_line, _Slot
+from .ray_replica import Replica, can_offset
 from .weights import check_finite
 
 ray = require_ray()
-from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError  # noqa: E402
-
-log = logging.getLogger(__name__)
-
-
-class NoReplicaLeft(RuntimeError):
-    """Every replica is dead (or was left out); nothing can be evaluated."""
-
-
-@dataclass
-class RayStats:
-    """Counters over the engine's life: population calls and members, members queued again,
-    restarts seen, replays done (catch-ups and rebuilds), timed-out calls, refusals, replicas
-    that disagreed with the expected digest, replicas lost for good, seconds spent inside
-    replica calls; ``events``: the last 200 messages, with ``time.time()`` stamps."""
-
-    populations: int = 0
-    members: int = 0
-    requeued: int = 0
-    restarts: int = 0
-    replays: int = 0
-    timeouts: int = 0
-    refusals: int = 0
-    disagreements: int = 0
-    lost: int = 0
-    replica_seconds: float = 0.0
-    events: deque = field(default_factory=lambda: deque(maxlen=200))
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "events"}
-
-
-@dataclass(eq=False)
-class _Slot:
-    index: int
-    handle: Any
-    state: str = "ready"        # ready | syncing | dead
-    sync: Any = None            # the ref of the replay in flight
-    sync_reload: bool = False
-    sync_failures: int = 0
-    failing_since: float | None = None
-    info: dict = field(default_factory=dict)
+from ray.exceptions import GetTimeoutError, RayActorError  # noqa: E402
 
 
 class RayEngine(Engine):
@@ -107,11 +63,12 @@ class RayEngine(Engine):
     Options (``engine_args``): ``replicas`` (K), ``inner`` (``hf`` | ``vllm``), ``num_cpus`` and
     ``num_gpus`` per replica (GPUs default to 1 on a CUDA ``device``), ``placement`` (``PACK`` |
     ``SPREAD``, or ``STRICT_``), ``max_restarts`` (-1: always; 0: off), ``call_timeout_s``
-    (None: wait forever), ``address`` (attach to a cluster, e.g. ``auto``; default: start a
-    local one, shut down by :meth:`close`), ``threads`` (torch threads per replica),
-    ``verify`` (``apply`` | ``step``), ``object_store_memory`` (bytes, local cluster),
-    ``inner_args`` (more options of the inner engine's ``from_pretrained``).
-    ``noise_cache_bytes`` (the host's budget) is split among the replicas.
+    (None: wait forever; every replica call but a replay), ``address`` (attach to a cluster,
+    e.g. ``auto``; default: start a local one, shut down by :meth:`close`), ``threads`` (torch
+    threads per replica), ``verify`` (``apply`` | ``step``), ``object_store_memory`` (bytes,
+    local cluster), ``inner_args`` (more options of the inner engine's ``from_pretrained``),
+    ``start_timeout_s`` (a replica's start or replay).  ``noise_cache_bytes`` (the host's
+    budget) is split among the replicas.
     """
 
     def __init__(self, model: str, *, dtype: str = "float32", device: str = "cpu", batch_size: int = 64,
@@ -132,22 +89,21 @@ class RayEngine(Engine):
             raise ValueError(f"engine_args.verify must be 'apply' or 'step', got {verify!r}")
         if inner == "ray":
             raise ValueError("engine_args.inner: a replica cannot itself be a ray engine")
-        self.inner, self.max_restarts, self.verify = str(inner), int(max_restarts), verify
-        self.call_timeout_s = None if call_timeout_s is None else float(call_timeout_s)
-        self.start_timeout_s = float(start_timeout_s)
+        self.inner, self.verify = str(inner), verify
         self.ray_stats = RayStats()
-        self._system_prompt = system_prompt
-        self._log: list[tuple[Noise, Update]] = []
-        self._expected: list[str | None] = []
-        self._perturbation: tuple | None = None
+        self.pool: ReplicaPool | None = None
+        self._timeouts = (int(max_restarts), None if call_timeout_s is None else float(call_timeout_s),
+                          float(start_timeout_s))
         self._paths: dict[str, str] = {}
-        self._slots: list[_Slot] = []
-        self._group = None
+        self._pad_id: int | None = None
+        self._group, self._handles = None, []
         self._owns_cluster = connect(address, object_store_memory=object_store_memory)
         try:
             self._start(model, dtype, device, batch_size, replicas, num_cpus, num_gpus, placement, threads,
                         {**(inner_args or {}), "noise_cache_bytes": int(noise_cache_bytes) // replicas,
                          "population": population})
+            if system_prompt is not None:
+                self.system_prompt = system_prompt
         except BaseException:
             self.close()
             raise
@@ -159,73 +115,86 @@ class RayEngine(Engine):
         return cls(name_or_path, dtype=str(dtype), device=str(device), batch_size=int(batch_size), **options)
 
     def _start(self, model, dtype, device, batch_size, replicas, num_cpus, num_gpus, strategy, threads, inner_args):
+        max_restarts, call_timeout_s, start_timeout_s = self._timeouts
         if num_gpus is None:
             num_gpus = 1 if str(device).startswith("cuda") else 0
-        self._group, options = placement(replicas, num_cpus, num_gpus, strategy, timeout_s=self.start_timeout_s)
+        self._group, options = placement(replicas, num_cpus, num_gpus, strategy, timeout_s=start_timeout_s)
         actor = ray.remote(Replica)
-        for i in range(replicas):
-            handle = actor.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=self.max_restarts,
-                                   max_task_retries=0, **options[i]).remote(
-                self.inner, model, dtype, device, batch_size, inner_args, threads)
-            self._slots.append(_Slot(i, handle))
-        refs = [s.handle.info.remote() for s in self._slots]
+        handles = [actor.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts, max_task_retries=0,
+                                 **options[i]).remote(self.inner, model, dtype, device, batch_size, inner_args, threads)
+                   for i in range(replicas)]
+        self._handles = handles
         try:
-            infos = ray.get(refs, timeout=self.start_timeout_s)
+            infos = ray.get([h.info.remote() for h in handles], timeout=start_timeout_s)
         except RayActorError as exc:
             raise RuntimeError(f"a ray replica failed to start: {_last_line(exc)}") from None
         except GetTimeoutError:
-            raise RuntimeError(f"ray replicas did not start within {self.start_timeout_s:.0f} s") from None
-        for slot, info in zip(self._slots, infos):
-            slot.info = info
+            raise RuntimeError(f"ray replicas did not start within {start_timeout_s:.0f} s") from None
         masters = {info["master"] for info in infos}
         if len(masters) != 1:
             raise RuntimeError(f"ray replicas loaded different base weights ({len(masters)} digests) from {model!r}")
-        self._expected = [masters.pop()]
-        if self._system_prompt is not None:
-            self.system_prompt = self._system_prompt
+        self.pool = ReplicaPool(handles, masters.pop(), max_restarts=max_restarts, call_timeout_s=call_timeout_s,
+                                start_timeout_s=start_timeout_s, stats=self.ray_stats)
+        for slot, info in zip(self.pool.slots, infos):
+            slot.info = info
 
     # -- attributes ----------------------------------------------------------------------------------
     @property
     def system_prompt(self) -> str | None:  # type: ignore[override]
-        return self._system_prompt
+        return self.pool.system_prompt if self.pool is not None else None
 
     @system_prompt.setter
     def system_prompt(self, value: str | None) -> None:
-        self._system_prompt = value
-        if self._slots:
-            ray.get([s.handle.set_system_prompt.remote(value) for s in self._ready()])
+        self.pool.system_prompt = value  # a replica that rejoins gets it with the replay
+        self.pool.collect({s.handle.set_system_prompt.remote(value): s for s in self.pool.ready()})
+
+    @property
+    def call_timeout_s(self) -> float | None:
+        """Seconds after which a replica call counts as hung (None: never); settable."""
+        return self.pool.call_timeout_s
+
+    @call_timeout_s.setter
+    def call_timeout_s(self, value: float | None) -> None:
+        self.pool.call_timeout_s = None if value is None else float(value)
 
     @property
     def replicas(self) -> list[dict]:
         """One dict per replica: ``index``, ``state`` (ready | syncing | dead) and what it
         reported when it started (``pid``, ``node``, ``ip``)."""
-        return [{"index": s.index, "state": s.state, **s.info} for s in self._slots]
+        return [{"index": s.index, "state": s.state, **s.info} for s in self.pool.slots]
 
     def actor(self, index: int):
         """The Ray actor handle of replica ``index`` (its :class:`~zoopt.engines.ray_replica.Replica`
         methods, ``debug_*`` test hooks included, are ``handle.method.remote(...)``)."""
-        return self._slots[index].handle
+        return self.pool.slots[index].handle
 
     @property
     def version(self) -> int:
         """Updates applied so far (the length of the driver's update log)."""
-        return len(self._log)
+        return self.pool.version
+
+    @property
+    def expected_masters(self) -> list[str | None]:
+        """The master digest every replica agreed on after 0, 1, … updates (the base model's first)."""
+        return list(self.pool.expected)
 
     def population_path(self, noise: Noise) -> str:
         key = repr(noise)
         if key not in self._paths:
-            self._paths[key] = self._plain("population_path", noise)
+            self._paths[key] = self.pool.plain("population_path", noise)
         return self._paths[key]
 
     def num_parameters(self, noise: Noise | None = None) -> int:
-        return self._plain("num_parameters", noise)
+        return self.pool.plain("num_parameters", noise)
 
     def encode(self, prompt: Prompt) -> list[int]:
-        return self._plain("encode", prompt)
+        return self.pool.plain("encode", prompt)
 
     @property
     def pad_id(self) -> int:
-        return self._plain("pad_id")
+        if self._pad_id is None:
+            self._pad_id = self.pool.plain("pad_id")
+        return self._pad_id
 
     # -- the population call -----------------------------------------------------------------------
     def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
@@ -235,12 +204,13 @@ class RayEngine(Engine):
         if isinstance(prompts, (str, dict)):
             raise TypeError("generate_population takes a sequence of prompts, not a single prompt")
         t0 = time.perf_counter()
-        self._perturbation = None  # each replica call perturbs from the master and restores
-        self._settle()
+        pool = self.pool
+        pool.perturbation = None  # each replica call perturbs from the master and restores
+        pool.settle()
         if self.verify == "step":
-            self._verify()
+            pool.verify()
         n = len(population)
-        chunk = 1 if self.population_path(noise) == "sequential" else math.ceil(n / max(1, len(self._ready())))
+        chunk = 1 if self.population_path(noise) == "sequential" else math.ceil(n / max(1, len(pool.ready())))
         tasks = [list(range(a, min(a + chunk, n))) for a in range(0, n, chunk)]
         noise_ref, prompts_ref, sampling_ref = ray.put(noise), ray.put(list(prompts)), ray.put(sampling)
         results: list = [None] * n
@@ -248,15 +218,14 @@ class RayEngine(Engine):
 
         def submit(slot: _Slot, t: int):
             part = Population(population.step, population.sigma, tuple(population.members[i] for i in tasks[t]))
-            return slot.handle.evaluate.remote(self.version, self._expected[-1], noise_ref, part, prompts_ref,
+            return slot.handle.evaluate.remote(pool.version, pool.expected[-1], noise_ref, part, prompts_ref,
                                                sampling_ref)
 
         def done(t: int, out: dict, slot: _Slot) -> None:
             nonlocal reported, scoring_s
             self.ray_stats.replica_seconds += out["seconds"]
             for i, member in zip(tasks[t], out["completions"]):
-                for c in (c for per_prompt in member for c in per_prompt):
-                    c.meta["replica"] = slot.index
+                _tag(member, slot)
                 results[i] = member
             while reported < n and results[reported] is not None:
                 if on_member is not None:
@@ -265,7 +234,7 @@ class RayEngine(Engine):
                     scoring_s += time.perf_counter() - s0
                 reported += 1
 
-        self._schedule(len(tasks), submit, done)
+        pool.schedule(len(tasks), submit, done)
         self.ray_stats.populations += 1
         self.ray_stats.members += n
         # stats.seconds: the population call's wall time less scoring (replicas run in parallel)
@@ -277,25 +246,24 @@ class RayEngine(Engine):
         if isinstance(prompts, (str, dict)):
             raise TypeError("generate takes a sequence of prompts, not a single prompt")
         t0 = time.perf_counter()
-        prompts = list(prompts)
-        self._settle()
-        k = len(self._ready()) if (sampling.greedy or can_offset(self.inner)) else 1
+        prompts, pool = list(prompts), self.pool
+        pool.settle()
+        k = len(pool.ready()) if (sampling.greedy or can_offset(self.inner)) else 1
         k = max(1, min(k, len(prompts)))
         bounds = [(len(prompts) * j // k, len(prompts) * (j + 1) // k) for j in range(k)]
         results: list = [None] * len(prompts)
 
         def submit(slot: _Slot, t: int):
             a, b = bounds[t]
-            return slot.handle.generate.remote(self.version, self._expected[-1], prompts[a:b], sampling, a)
+            return slot.handle.generate.remote(pool.version, pool.expected[-1], prompts[a:b], sampling, a)
 
         def done(t: int, out: dict, slot: _Slot) -> None:
             self.ray_stats.replica_seconds += out["seconds"]
-            for c in (c for per_prompt in out["completions"] for c in per_prompt):
-                c.meta["replica"] = slot.index
+            _tag(out["completions"], slot)
             results[bounds[t][0]:bounds[t][1]] = out["completions"]
 
         if prompts:
-            self._schedule(k, submit, done)
+            pool.schedule(k, submit, done)
         self.stats.record(results, t0)
         return results
 
@@ -303,55 +271,34 @@ class RayEngine(Engine):
     def perturb(self, noise: Noise, seed: int, scale: float) -> None:
         """On every replica (and on a replica that rejoins while perturbed)."""
         check_finite("scale", scale)
-        self._perturbation = (noise, int(seed), float(scale))
-        self._broadcast("perturb", noise, int(seed), float(scale))
+        self.pool.perturbation = (noise, int(seed), float(scale))
+        self.pool.broadcast("perturb", noise, int(seed), float(scale))
 
     def restore(self) -> None:
-        self._perturbation = None
-        self._broadcast("restore")
+        self.pool.perturbation = None
+        self.pool.broadcast("restore")
 
     def apply(self, noise: Noise, update: Update) -> None:
-        """Append the update to the log, apply it on every replica, and check their masters
-        agree (the majority digest becomes the expected one; the others are replayed)."""
+        """Append the update to the driver's log, apply it on every replica, and check that
+        their masters agree (the majority digest becomes the expected one; the others are
+        replayed).  Non-finite coefficients are a ``ValueError`` before anything is sent."""
         for c in update.coefficients:
             check_finite("update coefficient", c)
-        self._settle()
-        version, expected = self.version, self._expected[-1]
-        update = Update(tuple(int(s) for s in update.seeds), tuple(float(c) for c in update.coefficients))
-        self._log.append((noise, update))
-        self._expected.append(None)
-        self._perturbation = None  # apply sets the working weights to the new master
-        refs = {s.handle.apply.remote(version, expected, noise, update): s for s in self._ready()}
-        answers = self._collect(refs)
-        votes = Counter(master for _, (_, master) in answers)
-        if votes:
-            (top, count), = votes.most_common(1)
-            if count * 2 > len(answers):
-                self._expected[-1] = top
-                wrong = [slot for slot, (_, master) in answers if master != top]
-            else:
-                wrong = [slot for slot, _ in answers]
-            for slot in wrong:
-                self.ray_stats.disagreements += 1
-                self._event(f"replica {slot.index} disagrees after update {version + 1}: replaying it from the base model")
-                self._start_sync(slot, reload=True)
-        self._settle()
-        if not self._ready():
-            raise self._no_replica()
+        self.pool.apply(noise, update)
 
     def checksum(self) -> str:
         """The working weights' digest, the same on every replica (else a ``RuntimeError``)."""
-        return self._agreed("checksum", False)
+        return self.pool.agreed("checksum", False)
 
     def master_checksum(self) -> str:
-        return self._agreed("checksum", True)
+        return self.pool.agreed("checksum", True)
 
     def state_dict(self):
-        return self._versioned_one("state_dict")
+        return self.pool.versioned_one("state_dict")
 
     def export_pretrained(self, directory: str | Path) -> Path:
         """The inner engine's HF directory, written here (the replica may be on another node)."""
-        files = self._versioned_one("export_files")
+        files = self.pool.versioned_one("export_files")
         with atomic_directory(directory) as tmp:
             for rel, data in files.items():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -361,21 +308,16 @@ class RayEngine(Engine):
     def reset(self) -> None:
         """Back to the base model on every live replica, keeping the actors (the update log is
         dropped): a started cluster can serve another run."""
-        self._settle()
-        self._log, self._expected, self._perturbation = [], [self._expected[0]], None
-        for slot in self._slots:
-            if slot.state != "dead":
-                self._start_sync(slot, reload=True)
-        self._settle()
-        if not self._ready():
-            raise self._no_replica()
+        self.pool.reset()
 
     def close(self) -> None:
-        """Kill the replicas and, when this engine started the cluster, shut it down."""
-        slots, self._slots = self._slots, []
-        for slot in slots:
+        """Kill the replicas and, when this engine started the cluster, shut it down (closing
+        twice is a no-op)."""
+        handles, self._handles = getattr(self, "_handles", []), []
+        self.pool = None
+        for handle in handles:
             try:
-                ray.kill(slot.handle)
+                ray.kill(handle)
             except Exception:  # already gone
                 pass
         if self._group is not None:
@@ -388,236 +330,12 @@ class RayEngine(Engine):
             ray.shutdown()
         self._owns_cluster = False
 
-    # -- scheduling ------------------------------------------------------------------------------------
-    def _ready(self) -> list[_Slot]:
-        return [s for s in self._slots if s.state == "ready"]
 
-    def _schedule(self, n_tasks: int, submit: Callable, done: Callable) -> None:
-        """Run tasks ``0..n_tasks-1`` on idle ready replicas, one at a time each; re-queue the
-        task of a dead, hung or refusing replica (lowest task first); ``done(t, result, slot)``."""
-        queue = list(range(n_tasks))
-        inflight: dict = {}  # ref -> (slot, task, started)
-        while queue or inflight:
-            busy = {slot.index for slot, _, _ in inflight.values()}
-            for slot in self._ready():
-                if queue and slot.index not in busy:
-                    t = heapq.heappop(queue)
-                    inflight[submit(slot, t)] = (slot, t, time.monotonic())
-            syncing = {s.sync: s for s in self._slots if s.state == "syncing"}
-            if not inflight:
-                if not syncing:
-                    raise self._no_replica()
-                self._settle(one=True)
-                continue
-            wait_s = None
-            if self.call_timeout_s is not None:
-                oldest = min(started for _, _, started in inflight.values())
-                wait_s = max(0.0, oldest + self.call_timeout_s - time.monotonic())
-            ready, _ = ray.wait([*inflight, *syncing], num_returns=1, timeout=wait_s)
-            for ref in ready:
-                if ref in syncing:
-                    self._finish_sync(syncing[ref])
-                    continue
-                slot, t, _ = inflight.pop(ref)
-                try:
-                    value = ray.get(ref)
-                except RayActorError as exc:
-                    self._lost(slot, exc)
-                    value = None
-                if isinstance(value, Refused):
-                    self._refused(slot, value)
-                if value is None or isinstance(value, Refused):
-                    heapq.heappush(queue, t)
-                    self.ray_stats.requeued += 1
-                    continue
-                done(t, value, slot)
-            if self.call_timeout_s is not None:
-                now = time.monotonic()
-                for ref, (slot, t, started) in list(inflight.items()):
-                    if now - started > self.call_timeout_s:
-                        del inflight[ref]
-                        self._hung(slot)
-                        heapq.heappush(queue, t)
-                        self.ray_stats.requeued += 1
-
-    def _collect(self, refs: dict) -> list[tuple[_Slot, Any]]:
-        """Results of one call per replica; dead, hung and refusing replicas are handled
-        (and left out of the answer)."""
-        answers, pending = [], dict(refs)
-        deadline = None if self.call_timeout_s is None else time.monotonic() + self.call_timeout_s
-        while pending:
-            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
-            if not ready and deadline is not None:
-                for slot in pending.values():
-                    self._hung(slot)
-                break
-            for ref in ready:
-                slot = pending.pop(ref)
-                try:
-                    value = ray.get(ref)
-                except RayActorError as exc:
-                    self._lost(slot, exc)
-                    continue
-                if isinstance(value, Refused):
-                    self._refused(slot, value)
-                    continue
-                answers.append((slot, value))
-        return answers
-
-    def _broadcast(self, method: str, *args, rounds: int = 3) -> dict[int, Any]:
-        """``method(version, expected, *args)`` on every replica; one that refuses or rejoins
-        is caught up and asked again (up to ``rounds`` times)."""
-        answers: dict[int, Any] = {}
-        for _ in range(rounds):
-            self._settle()
-            todo = [s for s in self._ready() if s.index not in answers]
-            if not todo:
-                break
-            refs = {getattr(s.handle, method).remote(self.version, self._expected[-1], *args): s for s in todo}
-            answers.update((slot.index, value) for slot, value in self._collect(refs))
-        if not answers:
-            raise self._no_replica()
-        return answers
-
-    def _agreed(self, method: str, *args) -> Any:
-        values = self._broadcast(method, *args)
-        if len(set(values.values())) != 1:
-            raise RuntimeError(f"ray replicas disagree on {method}{args}: {values}")
-        return next(iter(values.values()))
-
-    def _versioned_one(self, method: str) -> Any:
-        """``method`` on one replica that holds the expected weights."""
-        for _ in range(3):
-            self._settle()
-            for slot in self._ready():
-                answers = self._collect({getattr(slot.handle, method).remote(self.version, self._expected[-1]): slot})
-                if answers:
-                    return answers[0][1]
-        raise self._no_replica()
-
-    def _plain(self, method: str, *args) -> Any:
-        """``method(*args)`` (weights play no part) on the first replica that answers."""
-        for slot in self._ready() or [s for s in self._slots if s.state != "dead"]:
-            try:
-                return ray.get(getattr(slot.handle, method).remote(*args), timeout=self.start_timeout_s)
-            except (RayActorError, GetTimeoutError):
-                continue
-        raise self._no_replica()
-
-    # -- replicas that fail, and their way back ----------------------------------------------------------
-    def _event(self, message: str) -> None:
-        log.warning(message)
-        self.ray_stats.events.append((time.time(), message))
-
-    def _lost(self, slot: _Slot, exc: BaseException) -> None:
-        if isinstance(exc, ActorDiedError) or self.max_restarts == 0:
-            self._drop(slot, f"replica {slot.index} died ({type(exc).__name__}); going on with the others")
-            return
-        self.ray_stats.restarts += 1
-        self._event(f"replica {slot.index} is unavailable ({type(exc).__name__}): it restarts and replays "
-                    f"{self.version} updates before it takes work")
-        self._start_sync(slot)
-
-    def _hung(self, slot: _Slot) -> None:
-        self.ray_stats.timeouts += 1
-        self._event(f"replica {slot.index} did not answer within {self.call_timeout_s} s: killed")
-        try:
-            ray.kill(slot.handle, no_restart=self.max_restarts == 0)
-        except Exception:
-            pass
-        if self.max_restarts == 0:
-            self._drop(slot, f"replica {slot.index} is left out (restarts are off)")
-        else:
-            self.ray_stats.restarts += 1
-            self._start_sync(slot)
-
-    def _refused(self, slot: _Slot, refusal: Refused) -> None:
-        self.ray_stats.refusals += 1
-        self._event(f"replica {slot.index} refused a call: {refusal.reason}; replaying the update log")
-        self._start_sync(slot)
-
-    def _drop(self, slot: _Slot, message: str) -> None:
-        slot.state, slot.sync = "dead", None
-        self.ray_stats.lost += 1
-        self._event(message)
-        try:
-            ray.kill(slot.handle)
-        except Exception:
-            pass
-
-    def _start_sync(self, slot: _Slot, reload: bool = False) -> None:
-        slot.state, slot.sync_reload = "syncing", reload
-        slot.sync = slot.handle.replay.remote(list(self._log), list(self._expected), reload, self._system_prompt,
-                                              self._perturbation)
-
-    def _finish_sync(self, slot: _Slot) -> None:
-        ref, slot.sync = slot.sync, None
-        try:
-            version, master, applied = ray.get(ref)
-        except RayActorError as exc:  # unavailable while Ray restarts it: ask again, up to start_timeout_s
-            slot.sync_failures += 1
-            slot.failing_since = slot.failing_since or time.monotonic()
-            if (isinstance(exc, ActorDiedError) or self.max_restarts == 0
-                    or time.monotonic() - slot.failing_since > self.start_timeout_s):
-                self._drop(slot, f"replica {slot.index} could not rejoin ({type(exc).__name__}); going on without it")
-            else:
-                time.sleep(min(1.0, 0.1 * slot.sync_failures))
-                self._start_sync(slot, slot.sync_reload)
-            return
-        except ray.exceptions.RayError as exc:
-            self._drop(slot, f"replica {slot.index} failed to replay the update log: {_last_line(exc)}")
-            return
-        if version != self.version:  # the log moved on while it replayed
-            self._start_sync(slot, slot.sync_reload)
-            return
-        if self._expected[-1] is None:
-            self._expected[-1] = master
-        elif master != self._expected[-1]:
-            if not slot.sync_reload:
-                self._start_sync(slot, reload=True)
-            else:
-                self._drop(slot, f"replica {slot.index} replayed the log from the base model and still holds another "
-                                 f"master (another device type or library version?): left out")
-            return
-        slot.state, slot.sync_failures, slot.failing_since = "ready", 0, None
-        self.ray_stats.replays += 1
-        self._event(f"replica {slot.index} replayed {applied} updates and rejoined at update {version}")
-
-    def _settle(self, one: bool = False) -> None:
-        """Wait for replays in flight (all, or the first to finish with ``one``)."""
-        while True:
-            syncing = {s.sync: s for s in self._slots if s.state == "syncing"}
-            if not syncing:
-                return
-            ready, _ = ray.wait(list(syncing), num_returns=1, timeout=self.start_timeout_s)
-            if not ready:
-                for slot in syncing.values():
-                    self._drop(slot, f"replica {slot.index} did not finish replaying within {self.start_timeout_s:.0f} s")
-                return
-            self._finish_sync(syncing[ready[0]])
-            if one:
-                return
-
-    def _verify(self) -> None:
-        """Fresh master digests of every replica against the expected one; replay those that differ."""
-        want = self._expected[-1]
-        refs = {s.handle.verify.remote(): s for s in self._ready()}
-        for slot, master in self._collect(refs):
-            if want is not None and master != want:
-                self.ray_stats.disagreements += 1
-                self._event(f"replica {slot.index}'s master changed at rest (update {self.version}): replaying it")
-                self._start_sync(slot, reload=True)
-        self._settle()
-
-    def _no_replica(self) -> NoReplicaLeft:
-        return NoReplicaLeft(f"no ray replica left ({self.ray_stats.lost} of {len(self._slots)} lost) at update "
-                             f"{self.version}: a trainer's seed log holds every finished step (zoopt train --resume RUN_DIR)")
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+def _tag(completions: list, slot: _Slot) -> None:
+    """``meta["replica"]``: which replica generated each completion."""
+    for per_prompt in completions:
+        for c in per_prompt:
+            c.meta["replica"] = slot.index
 
 
 __all__ = ["RayEngine", "RayStats", "NoReplicaLeft"]

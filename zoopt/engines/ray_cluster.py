@@ -8,8 +8,9 @@ placing its replicas.
   in Ray 2.60, and one machine needs none), ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (without
   it Ray registers the machine's interface address instead of 127.0.0.1 — with it, the node,
   raylet and actors all stay on loopback), no dashboard, and its temp dir under the project
-  cache (``zoopt.models.cache_dir() / "ray"``), not ``/tmp/ray``.  Variables already set in
-  the environment win.
+  cache (``zoopt.models.cache_dir() / "ray"``), not ``/tmp/ray``, and ``RAY_worker_niceness=0``:
+  the replicas are the run's work, so they do not yield the CPU to everything else (Ray's
+  default niceness for workers is 15).  Variables already set in the environment win.
 - :func:`placement`: ``PACK`` (one machine when it fits), ``SPREAD`` (across nodes) and their
   ``STRICT_`` forms, through a placement group of one bundle per replica.  A replica that
   asks for no resource at all (``num_cpus=0`` and no GPU) cannot be in a bundle (Ray refuses
@@ -25,7 +26,7 @@ from pathlib import Path
 from ..models import cache_dir
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOCAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+LOCAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_worker_niceness": "0"}
 
 
 def require_ray():
