@@ -49,8 +49,14 @@ class ModelLoadError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """``$ZOOPT_CACHE`` if set, else ``~/.cache/zoopt``."""
-    return Path(os.environ.get("ZOOPT_CACHE") or Path.home() / ".cache" / "zoopt").expanduser()
+    """Where zoopt keeps what it builds once (the embedded model, vLLM's compile cache):
+    ``$ZOOPT_CACHE`` if set (the Makefile sets ``.cache/zoopt`` in the checkout), else
+    ``$XDG_CACHE_HOME/zoopt``, else ``~/.cache/zoopt`` — a per-user location shared by every
+    checkout and virtual environment, so the embedded model is built once."""
+    if os.environ.get("ZOOPT_CACHE"):
+        return Path(os.environ["ZOOPT_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "zoopt"
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
