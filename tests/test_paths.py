@@ -47,3 +47,17 @@ def test_a_relative_objective_works_from_another_directory(tmp_path, monkeypatch
     assert main(["eval", "--model", str(work / "run"), "--n", "0", "--out", "ev", "--quiet"]) == 0
     summary = json.loads((elsewhere / "ev" / "summary.json").read_text())
     assert summary["objective"] == saved["objective"] and summary["n_problems"] == 2
+
+
+def test_the_cache_is_zoopt_cache_else_xdg_else_home(tmp_path, monkeypatch):
+    """README "Running it yourself": where the embedded model is built outside make."""
+    from zoopt.models import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ZOOPT_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_dir() == tmp_path / "home" / ".cache" / "zoopt"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "zoopt"
+    monkeypatch.setenv("ZOOPT_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
