@@ -50,10 +50,12 @@ class GRPOTrainer(RunTrainer):
 
     def describe(self, record: dict) -> str:
         gap = record["sampler_logp_gap_max"]
+        failed = record["reward_failed"] + record["reward_timed_out"]
         return (f"GRPO step {record['step']:>3}  reward {record['reward_mean'] or 0:.4f}  loss {record['loss']:+.4f}"
                 f"  |g| {record['grad_norm']:.3g}  gen {record['time_generate_s']:.1f}s"
                 f"  train {record['time_train_s']:.1f}s"
-                + (f"  sync {record['time_sync_s']:.1f}s  |Δlogp| ≤ {gap:.1e}" if gap is not None else ""))
+                + (f"  sync {record['time_sync_s']:.1f}s  |Δlogp| ≤ {gap:.1e}" if gap is not None else "")
+                + (f"  reward failed on {failed} completions" if failed else ""))
 
 
 def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None) -> RunResult:

@@ -162,9 +162,11 @@ class Trainer(RunTrainer):
         return self.engine.num_parameters(self.es.noise)
 
     def describe(self, record: dict) -> str:
+        failed = record["reward_failed"] + record["reward_timed_out"]
         return (f"step {record['step']:>3}  reward mean {record['reward_mean']:.4f} max {record['reward_max']:.4f}"
                 f"  |Δ|≈{record['update_l2_expected']:.3g}  gen {record['time_generate_s']:.1f}s"
-                f"  noise {record['time_weights_s'] + record['time_apply_s']:.1f}s")
+                f"  noise {record['time_weights_s'] + record['time_apply_s']:.1f}s"
+                + (f"  reward failed on {failed} completions" if failed else ""))
 
 
 def step_sampling_seed(seed: int, step: int) -> int:
