@@ -231,9 +231,7 @@ def _collect(proc: subprocess.Popen, report_r: int, start: float, timeout_s: flo
                     break
     finally:
         selector.close()
-        for fd in fds:
-            if fd == report_r:
-                os.close(fd)
+        os.close(report_r)
         if proc.poll() is None:
             _killpg(proc)
         proc.wait()
