@@ -112,6 +112,7 @@ class BatchedLowRank:
         self.layout, self.noise, self.population = layout, noise, population
         param = next(iter(weights.params.values()))
         self.dtype, self.device = param.dtype, param.device
+        self._embedded = {n for _, n in layout.embeddings}
         self._tables(weights)
 
     # -- set-up -------------------------------------------------------------------------------
@@ -144,8 +145,14 @@ class BatchedLowRank:
         """While inside, row k of every forward of ``module`` runs as member ``members[k]``."""
         idx = torch.as_tensor(list(members), dtype=torch.long, device=self.device)
         n_rows = len(members)
-        a = {n: t.index_select(0, idx) for n, t in self.a.items()}
+        at = {n: t.index_select(0, idx).transpose(1, 2).contiguous() for n, t in self.a.items()}  # (rows, r, m)
+        a = {n: t.index_select(0, idx) for n, t in self.a.items() if n in self._embedded}
         b = {n: t.index_select(0, idx) for n, t in self.b.items()}
+        bt = {n: b[n].transpose(1, 2).contiguous() for n in self._embedded}  # (rows, r, d)
+        rank1 = self.noise.rank == 1
+
+        def low_rank(u, v):  # (rows, s, r) @ (rows, r, k); for r = 1 an outer product (bmm is slow there)
+            return u * v if rank1 else torch.bmm(u, v)
         vec = {n: t.index_select(0, idx) for n, t in self.vec.items()}
         bias = {n: t.index_select(0, idx) for n, t in self.bias.items()}
 
@@ -156,7 +163,7 @@ class BatchedLowRank:
                     raise RuntimeError(f"batched low-rank: a linear layer saw {x.shape[0]} rows, not {n_rows}")
                 if w is not None:
                     xs = x.reshape(n_rows, -1, x.shape[-1])
-                    out = out + torch.bmm(torch.bmm(xs, b[w]), a[w].transpose(1, 2)).view(out.shape)
+                    out = out + low_rank(torch.bmm(xs, b[w]), at[w]).view(out.shape)
                 if bn is not None:
                     out = out + bias[bn].view(n_rows, *([1] * (out.ndim - 2)), -1)
                 return out
@@ -166,7 +173,7 @@ class BatchedLowRank:
             def hook(mod, args, out):
                 ids = args[0]
                 rows_a = a[w][torch.arange(n_rows, device=ids.device)[:, None], ids]  # (rows, s, r)
-                return out + torch.bmm(rows_a, b[w].transpose(1, 2))
+                return out + low_rank(rows_a, bt[w])
             return hook
 
         saved: dict[int, tuple[torch.nn.Module, torch.nn.Parameter]] = {}  # the real weights while swapped
