@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -113,14 +114,14 @@ def load_split(objective: Any, split: str, n: int | None = None, key: str = "n")
     """``objective.dataset(split, n)``, for any objective, never more rows than the split has.
 
     * ``n`` larger than ``objective.split_size(split)`` is clamped to it, with a
-      :class:`SplitSizeWarning` naming ``key`` (the setting that asked, e.g. ``eval.n_problems``);
+      :class:`SplitSizeWarning` naming ``key`` (the setting that asked, e.g. ``eval.n_problems``),
+      once per objective object and request;
     * an objective whose ``dataset`` takes only ``split`` (an older form of the contract) gets
       ``dataset(split)``, of which the first ``n`` rows are used (fewer: the same warning).
     """
     size = objective.split_size(split) if isinstance(objective, Objective) else None
-    name = getattr(objective, "name", type(objective).__name__)
     if n is not None and size is not None and n > size:
-        _warn_clamped(name, split, size, n, key)
+        _warn_clamped(objective, split, size, n, key)
         n = size
     if _takes_n(objective.dataset):
         return objective.dataset(split, n)
@@ -128,7 +129,7 @@ def load_split(objective: Any, split: str, n: int | None = None, key: str = "n")
     if n is None:
         return data
     if len(data) < n:
-        _warn_clamped(name, split, len(data), n, key)
+        _warn_clamped(objective, split, len(data), n, key)
     return data.select(range(min(n, len(data))))
 
 
@@ -140,7 +141,19 @@ def _takes_n(dataset: Callable) -> bool:
     return len(parameters) >= 2 or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
 
 
-def _warn_clamped(name: str, split: str, size: int, n: int, key: str) -> None:
+_clamp_noted: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+
+
+def _warn_clamped(objective: Any, split: str, size: int, n: int, key: str) -> None:
+    """The note, once per objective object and request (a run evaluates before and after)."""
+    try:
+        noted = _clamp_noted.setdefault(objective, set())
+    except TypeError:  # not weakly referenceable: note every time
+        noted = set()
+    if (split, n, key) in noted:
+        return
+    noted.add((split, n, key))
+    name = getattr(objective, "name", type(objective).__name__)
     warnings.warn(f"objective {name!r} has {size} {split!r} problems, {n} asked ({key}): using all {size}",
                   SplitSizeWarning, stacklevel=3)
 
