@@ -70,6 +70,8 @@ def test_resume_after_kill_gives_the_uninterrupted_checksum(tmp_path):
         if log.exists() and len(json.loads(log.read_text())["updates"]) >= 3:
             break
         time.sleep(0.05)
+    if killed.poll() is not None:  # it ended by itself: say why, instead of "did not interrupt"
+        pytest.fail(f"the run to be killed exited by itself (status {killed.returncode}): {killed.stdout.read()[-2000:]}")
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     done = len(json.loads(log.read_text())["updates"])
