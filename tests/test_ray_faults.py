@@ -45,14 +45,15 @@ def outcome(trainer: Trainer, masters: list[str]) -> dict:
 def run(engine, run_dir: Path, before_step=None, on_member=None, steps: int = STEPS) -> dict:
     """The ES run on ``engine``; ``before_step(step)`` and ``on_member(step, i)`` are the hooks."""
     trainer = Trainer(config(run_dir), run_dir, engine=engine, objective=Digits())
-    masters = []
+    masters, infos = [], []
     while trainer.steps_done < steps:
         step = trainer.steps_done
         if before_step:
             before_step(step)
         trainer.step(on_member=(lambda i, reward: on_member(step, i)) if on_member else None)
+        infos.append(engine.population_info())  # what a step's metrics record would carry
         masters.append(engine.master_checksum())  # every replica's, equal (else RuntimeError)
-    return outcome(trainer, masters)
+    return {**outcome(trainer, masters), "infos": infos}
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,7 @@ def engine(shared):
     shared.reset()
     shared.call_timeout_s, shared.verify = 60.0, "apply"
     shared.ray_stats.__init__()
+    shared.population_info()  # counts start from here
     return shared
 
 
@@ -143,6 +145,9 @@ def test_T2_a_replica_killed_mid_step_restarts_replays_and_the_run_is_unchanged(
     assert stats.members == STEPS * 8 and stats.lost == 0
     assert [r["state"] for r in engine.replicas] == ["ready", "ready"]
     assert pid(engine, 1) != old_pid, "replica 1 was not restarted"
+    step1 = got["infos"][1]
+    assert step1["ray_requeued"] >= 1 and step1["ray_restarts"] >= 1 and step1["ray_replicas_ready"] == 2, got["infos"]
+    assert all(info["ray_requeued"] == info["ray_restarts"] == 0 for i, info in enumerate(got["infos"]) if i != 1)
     assert ray.get(engine.actor(1).info.remote())["version"] == STEPS
 
 

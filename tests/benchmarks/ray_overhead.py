@@ -8,7 +8,10 @@ so a change in the machine's load hits both alike.  A step is the demo's: full-r
 members one after another (perturb, greedy generate, restore) through the population call, then
 ``apply``.  The replica gets the same torch thread count as this process and runs on a local
 loopback cluster started here.  Prints one JSON line: seconds per step of each engine (mean and
-all), the mean population-call and apply seconds, and ``ratio`` = ray / hf (target ≤ 1.05).
+all), the mean population-call and apply seconds, ``ratio`` = mean ray / mean hf (target ≤ 1.05)
+and each step's ray / hf with their median (on a shared machine the load moves between steps;
+the two engines of a step ran back to back), and the CPU seconds per step with their ratio
+(hf: this process; ray: this process plus every process of the local cluster).
 """
 
 from __future__ import annotations
@@ -29,6 +32,24 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import population_step as ps  # noqa: E402
+
+
+def cpu_seconds(with_ray: bool) -> float:
+    """CPU seconds used so far by this process, and with ``with_ray`` by every process it
+    started too (the local cluster: GCS, raylet, the replica), alive now."""
+    import psutil
+
+    procs = [psutil.Process()]
+    if with_ray:
+        procs += psutil.Process().children(recursive=True)
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def one_step(engine, noise, args, t: int) -> tuple[float, float]:
@@ -74,15 +95,19 @@ def main() -> None:
     noise = Gaussian()
     times = {name: [] for name in engines}
     parts = {name: [] for name in engines}
+    cpu = {name: [] for name in engines}
     try:
         for t in range(args.steps + 1):
             for name in (("hf", "ray") if t % 2 == 0 else ("ray", "hf")):
+                c0 = cpu_seconds(with_ray=name == "ray")
                 population_s, apply_s = one_step(engines[name], noise, args, t)
+                cpu_s = cpu_seconds(with_ray=name == "ray") - c0
                 if t:  # step 0 warms up
                     times[name].append(population_s + apply_s)
                     parts[name].append((population_s, apply_s))
-                print(f"step {t} {name}: population {population_s:.2f} s, apply {apply_s:.2f} s", file=sys.stderr,
-                      flush=True)
+                    cpu[name].append(cpu_s)
+                print(f"step {t} {name}: population {population_s:.2f} s, apply {apply_s:.2f} s, cpu {cpu_s:.2f} s",
+                      file=sys.stderr, flush=True)
         assert engines["hf"].checksum() == engines["ray"].checksum(), "the engines' weights differ"
     finally:
         for engine in engines.values():
@@ -93,6 +118,13 @@ def main() -> None:
         "noise_cache_gb": args.noise_cache_gb, "verify": args.verify, "steps": args.steps,
         "hf_s": round(mean["hf"], 3), "ray_s": round(mean["ray"], 3), "ratio": round(mean["ray"] / mean["hf"], 4),
         "hf_all": [round(x, 2) for x in times["hf"]], "ray_all": [round(x, 2) for x in times["ray"]],
+        # each step's ray / hf: the two ran back to back, so a load change hits a pair less than the means
+        "pair_ratios": [round(r / h, 3) for h, r in zip(times["hf"], times["ray"])],
+        "median_pair_ratio": round(statistics.median(r / h for h, r in zip(times["hf"], times["ray"])), 4),
+        # CPU seconds a step costs (hf: this process; ray: this process + the cluster's): the load
+        # of a shared machine moves wall time far more than it moves these
+        "cpu_s": {n: round(statistics.mean(v), 3) for n, v in cpu.items()},
+        "cpu_ratio": round(statistics.mean(cpu["ray"]) / statistics.mean(cpu["hf"]), 4),
         "population_s": {n: round(statistics.mean(a for a, _ in v), 3) for n, v in parts.items()},
         "apply_s": {n: round(statistics.mean(b for _, b in v), 3) for n, v in parts.items()},
     }))

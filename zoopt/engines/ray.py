@@ -33,8 +33,9 @@ coefficients, prompts and completions cross the wire.
   can sample from a prompt offset: ``hf``; see :func:`~zoopt.engines.ray_replica.generate_from`).
 
 Counters (re-queued members, restarts, replays, timeouts, lost replicas) are in
-:attr:`RayEngine.ray_stats`; events go to the ``zoopt.engines.ray`` logger.  Options and the
-multi-node set-up: ``docs/ray.md``.
+:attr:`RayEngine.ray_stats` (per step: :meth:`RayEngine.population_info`); events go to the
+``zoopt.engines.ray`` logger.  Scheduling and failure handling: :mod:`zoopt.engines.ray_pool`;
+the cluster: :mod:`zoopt.engines.ray_cluster`.  Options and the multi-node set-up: ``docs/ray.md``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class RayEngine(Engine):
                           float(start_timeout_s))
         self._paths: dict[str, str] = {}
         self._pad_id: int | None = None
+        self._reported: dict[str, int] = {}
         self._group, self._handles = None, []
         self._owns_cluster = connect(address, object_store_memory=object_store_memory)
         try:
@@ -177,6 +179,20 @@ class RayEngine(Engine):
     def expected_masters(self) -> list[str | None]:
         """The master digest every replica agreed on after 0, 1, … updates (the base model's first)."""
         return list(self.pool.expected)
+
+    def population_info(self) -> dict:
+        """What the replicas went through since the last call, for a step's metrics record:
+        ``ray_requeued``, ``ray_restarts``, ``ray_replays``, ``ray_timeouts``, ``ray_refusals``,
+        ``ray_disagreements``, ``ray_lost`` (counts) and ``ray_replicas_ready`` (now).
+
+        (Not yet part of the engine contract: a trainer that wants these in ``metrics.jsonl``
+        calls it after each step's ``apply``.)"""
+        now = self.ray_stats.as_dict()
+        keys = ("requeued", "restarts", "replays", "timeouts", "refusals", "disagreements", "lost")
+        info = {f"ray_{k}": now[k] - self._reported.get(k, 0) for k in keys}
+        self._reported = {k: now[k] for k in keys}
+        info["ray_replicas_ready"] = len(self.pool.ready())
+        return info
 
     def population_path(self, noise: Noise) -> str:
         key = repr(noise)

@@ -10,7 +10,9 @@ placing its replicas.
   raylet and actors all stay on loopback), no dashboard, and its temp dir under the project
   cache (``zoopt.models.cache_dir() / "ray"``), not ``/tmp/ray``, and ``RAY_worker_niceness=0``:
   the replicas are the run's work, so they do not yield the CPU to everything else (Ray's
-  default niceness for workers is 15).  Variables already set in the environment win.
+  default niceness for workers is 15), and ``RAY_USAGE_STATS_ENABLED=0`` (``ray.init`` turns usage
+  reports off for the clusters it starts anyway; this says so for every process of the
+  cluster).  Variables already set in the environment win.
 - :func:`placement`: ``PACK`` (one machine when it fits), ``SPREAD`` (across nodes) and their
   ``STRICT_`` forms, through a placement group of one bundle per replica.  A replica that
   asks for no resource at all (``num_cpus=0`` and no GPU) cannot be in a bundle (Ray refuses
@@ -26,7 +28,8 @@ from pathlib import Path
 from ..models import cache_dir
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOCAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_worker_niceness": "0"}
+LOCAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_worker_niceness": "0",
+             "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def require_ray():
