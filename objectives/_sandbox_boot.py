@@ -87,6 +87,9 @@ def run_program(cfg: dict, info: dict, workdir: str, seccomp_filter, ready_w: in
         sys.modules["__main__"] = main
         with open("program.py", "rb") as f:
             program = compile(f.read(), "program.py", "exec", dont_inherit=True)
+        # Running the model's program is this sandbox's whole purpose: it happens only here, in
+        # the isolated child, after every layer above (namespaces, fresh uid, rlimits, seccomp,
+        # no_new_privs) is in place; a failed set-up exits before this line (docs/sandbox.md).
         exec(program, main.__dict__)
         code = 0
     except SystemExit as exc:

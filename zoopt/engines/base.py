@@ -272,6 +272,3 @@ class Engine(WeightsEngine):
 
 __all__ = ["WeightsEngine", "Engine", "Sampling", "Completion", "GenerationStats", "Prompt"]
 
-
-def close_engine(engine: WeightsEngine) -> None:  # TEMPORARY: callers are moving to engine.close()
-    engine.close()
