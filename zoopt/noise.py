@@ -227,10 +227,10 @@ class LowRank(Noise):
         if not kept:
             return torch.zeros(shape, dtype=torch.float32, device=device)
         pairs = [self.factors(s, name, shape) for s, _ in kept]
-        coef = torch.tensor([c for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
-        a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef)
-        b = torch.cat([b for _, b in pairs], dim=1)
-        return (a @ b.T).div_(self.rank ** 0.5).view(shape).to(device)
+        coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
+        a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef).to(device)  # the factors are small: the
+        b = torch.cat([b for _, b in pairs], dim=1).to(device)             # product runs where it is used
+        return (a @ b.T).view(shape)
 
 
 def noise_from_dict(config: dict) -> Noise:
