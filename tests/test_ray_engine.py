@@ -100,6 +100,16 @@ def test_ray_is_a_registered_engine_and_engine_args_are_checked(tmp_path):
         tiny_ray(1, placement="EVERYWHERE")
 
 
+def test_grpo_on_ray_is_a_one_line_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="config key 'engine': GRPO runs on hf or vllm") as err:
+        load_config(overrides=["model=tiny", "engine=ray"], base="grpo")
+    assert "\n" not in str(err.value)
+    out = subprocess.run([sys.executable, "-m", "zoopt.cli", "grpo", "--engine", "ray", "--set", "model=tiny",
+                          "--set", f"run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "Traceback" not in out.stderr and "GRPO runs on hf or vllm" in out.stderr, out.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def run_python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=timeout, cwd=Path(__file__).parents[1])

@@ -26,6 +26,7 @@ from digits_objective import Digits  # noqa: E402
 from zoopt.config import load_config  # noqa: E402
 from zoopt.engines.base import Sampling  # noqa: E402
 from zoopt.engines.ray import NoReplicaLeft  # noqa: E402
+from zoopt.rundir import RunDir  # noqa: E402
 from zoopt.workflows.train import Trainer  # noqa: E402
 
 STEPS = 4
@@ -50,9 +51,11 @@ def run(engine, run_dir: Path, before_step=None, on_member=None, steps: int = ST
         step = trainer.steps_done
         if before_step:
             before_step(step)
-        trainer.step(on_member=(lambda i, reward: on_member(step, i)) if on_member else None)
-        infos.append(engine.population_info())  # what a step's metrics record would carry
+        record = trainer.step(on_member=(lambda i, reward: on_member(step, i)) if on_member else None)
+        infos.append({k: v for k, v in record.items() if k.startswith("ray_")})  # the engine's population_info()
         masters.append(engine.master_checksum())  # every replica's, equal (else RuntimeError)
+    logged = [u["stats"]["master"] for u in trainer.seedlog.updates]  # the seed log's step digests
+    assert logged == masters[-len(logged):], "the seed log's step digests are not the replicas' masters"
     return {**outcome(trainer, masters), "infos": infos}
 
 
@@ -126,6 +129,8 @@ def test_T1_parity_with_the_single_process_run(engine, reference, tmp_path):
     got = run(engine, tmp_path / "run")
     assert_same_run(got, reference)
     assert engine.expected_masters[1:] == reference["masters"]  # what every replica reported after each apply
+    records = RunDir(tmp_path / "run").read_metrics()
+    assert [r["ray_replicas_ready"] for r in records] == [2] * STEPS and all(r["ray_requeued"] == 0 for r in records)
     stats = engine.ray_stats
     assert stats.members == STEPS * 8 and stats.requeued == stats.restarts == stats.disagreements == 0
 

@@ -66,12 +66,19 @@ class SeedLog:
             yield Update.from_dict(record)
 
     def replay(self, engine, upto: int | None = None) -> None:
-        """Apply the first ``upto`` (default: all) updates to ``engine``, in order."""
+        """Apply the first ``upto`` (default: all) updates to ``engine``, in order.  Where a step
+        recorded its master digest (``stats.master``) and the engine reports one after the
+        apply (:meth:`~zoopt.engines.base.WeightsEngine.applied_checksum`), they must be equal,
+        else a ``RuntimeError`` naming the step."""
         noise = self.noise
         for i, update in enumerate(self.iter_updates()):
             if upto is not None and i >= upto:
                 break
             engine.apply(noise, update)
+            logged, replayed = self.updates[i].get("stats", {}).get("master"), engine.applied_checksum()
+            if logged and replayed and logged != replayed:
+                raise RuntimeError(f"seed log step {self.updates[i]['step']}: replayed master {replayed} "
+                                   f"differs from the logged {logged}")
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -170,6 +170,18 @@ class WeightsEngine(abc.ABC):
                 self.restore()
         return results
 
+    def population_info(self) -> dict:
+        """What the engine went through since the last call (re-queued members, restarts, …),
+        merged into each step's ``metrics.jsonl`` record after ``apply``: flat JSON values
+        under keys prefixed by the engine's kind (``ray_requeued``).  Default: ``{}``."""
+        return {}
+
+    def applied_checksum(self) -> str | None:
+        """The master digest after the last ``apply``, when the engine computed it anyway (a Ray
+        engine, whose replicas must agree on it), for the seed log; ``None`` (the default) when
+        it would cost a pass over the weights."""
+        return None
+
     def close(self) -> None:
         """Release what the engine holds outside Python memory (processes, devices, actors).
         Default: nothing to release.  The engine is unusable afterwards."""

@@ -183,16 +183,17 @@ class RayEngine(Engine):
     def population_info(self) -> dict:
         """What the replicas went through since the last call, for a step's metrics record:
         ``ray_requeued``, ``ray_restarts``, ``ray_replays``, ``ray_timeouts``, ``ray_refusals``,
-        ``ray_disagreements``, ``ray_lost`` (counts) and ``ray_replicas_ready`` (now).
-
-        (Not yet part of the engine contract: a trainer that wants these in ``metrics.jsonl``
-        calls it after each step's ``apply``.)"""
+        ``ray_disagreements``, ``ray_lost`` (counts) and ``ray_replicas_ready`` (now)."""
         now = self.ray_stats.as_dict()
         keys = ("requeued", "restarts", "replays", "timeouts", "refusals", "disagreements", "lost")
         info = {f"ray_{k}": now[k] - self._reported.get(k, 0) for k in keys}
         self._reported = {k: now[k] for k in keys}
         info["ray_replicas_ready"] = len(self.pool.ready())
         return info
+
+    def applied_checksum(self) -> str | None:
+        """The master digest the replicas agreed on after the last ``apply`` (or at the start)."""
+        return self.pool.expected[-1]
 
     def population_path(self, noise: Noise) -> str:
         key = repr(noise)

@@ -132,7 +132,8 @@ class TrainConfig(Config):
     model: str = _model()
     dtype: str = hp("bfloat16", "working weights; the ES master copy is always fp32", string(choices=DTYPES))
     device: str = _device()
-    engine: str = hp("hf", "hf | vllm (vLLM needs `make setup-vllm` on a CPU machine)", string(registry=ENGINES))
+    engine: str = hp("hf", "hf | vllm (vLLM needs `make setup-vllm` on a CPU machine) | ray (replicas on a Ray "
+                     "cluster: engine_args.replicas, engine_args.inner; docs/ray.md)", string(registry=ENGINES))
     engine_args: dict = _engine_args()
     objective: str = _objective()
     objective_args: dict = _objective_args()
@@ -214,6 +215,11 @@ class GRPOConfig(Config):
     batch_size: int = _batch_size()
     run_dir: str | None = _run_dir()
     export: bool = _export()
+
+    def check(self) -> None:
+        if self.engine == "ray":
+            raise ConfigError("config key 'engine': GRPO runs on hf or vllm; ray replicas serve ES only "
+                              "(GRPO's gradient step needs the weights in this process)")
 
     def trainer_kwargs(self) -> dict:
         """The keyword arguments of :class:`zoopt.grpo.GRPO` (validated values)."""

@@ -151,8 +151,11 @@ class Trainer(RunTrainer):
             "time_weights_s": round(population_s - generate_s - score_s, 4),
             "time_generate_s": round(generate_s, 4), "time_score_s": round(score_s, 4),
             "time_apply_s": round(apply_s, 4),
+            **engine.population_info(),
         }
-        self.seedlog.append(population.step, update, stats={"reward_mean": record["reward_mean"]})
+        master = engine.applied_checksum()
+        self.seedlog.append(population.step, update,
+                            stats={"reward_mean": record["reward_mean"], **({"master": master} if master else {})})
         self.run_dir.append_metrics(record)
         return record
 
@@ -166,7 +169,16 @@ class Trainer(RunTrainer):
         return (f"step {record['step']:>3}  reward mean {record['reward_mean']:.4f} max {record['reward_max']:.4f}"
                 f"  |Δ|≈{record['update_l2_expected']:.3g}  gen {record['time_generate_s']:.1f}s"
                 f"  noise {record['time_weights_s'] + record['time_apply_s']:.1f}s"
-                + (f"  reward failed on {failed} completions" if failed else ""))
+                + (f"  reward failed on {failed} completions" if failed else "") + _replicas(record))
+
+
+def _replicas(record: dict) -> str:
+    """The Ray engine's part of a step's line: replicas ready, and what they went through."""
+    if "ray_replicas_ready" not in record:
+        return ""
+    events = ("requeued", "restarts", "replays", "timeouts", "disagreements", "lost")
+    seen = ", ".join(f"{k} {record[f'ray_{k}']}" for k in events if record.get(f"ray_{k}"))
+    return f"  replicas ready {record['ray_replicas_ready']}" + (f" ({seen})" if seen else "")
 
 
 def step_sampling_seed(seed: int, step: int) -> int:
