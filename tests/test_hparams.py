@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
 # defaults must stay these values, with these types and this key order.  Keys added since:
-# `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.scoring).
+# `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.scoring);
+# `report_to`, `log_every`, `checkpoint_every` (experiment trackers and TRL's logging_steps/save_steps).
 OLD_TRAIN = """
 model: smollm2-135m
 dtype: bfloat16
@@ -57,6 +58,9 @@ batch_size: 64
 noise_cache_gb: auto
 run_dir: null
 export: true
+report_to: [none]
+log_every: 1
+checkpoint_every: 0
 """
 OLD_GRPO = """
 model: smollm2-135m
@@ -100,6 +104,9 @@ eval:
 batch_size: 64
 run_dir: null
 export: true
+report_to: [none]
+log_every: 1
+checkpoint_every: 0
 """
 
 

@@ -15,6 +15,7 @@ from .schema import (Config, ConfigError, boolean, hp, integer, list_of, mapping
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.models.resolve_dtype's names
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES (tested)
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
+TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.trackers.TRACKERS (tested)
 
 
 # -- keys both runs have (one definition, used by both classes) -----------------------------
@@ -63,6 +64,29 @@ def _run_dir():
 
 def _export():
     return hp(True, "write an HF directory of the final weights into run_dir/model", boolean())
+
+
+def _report_to():
+    return hp(("none",), "experiment trackers that get each step's record, the evaluations and the final plots: "
+              "none, tensorboard, wandb, trackio, or a list of them (each needs its extra, e.g. "
+              "pip install \"zoopt-llm[tensorboard]\"; docs/python.md)",
+              list_of(string(choices=TRACKERS), single=True))
+
+
+def _log_every():
+    return hp(1, "send every k-th step's record to the report_to trackers (TRL's logging_steps; metrics.jsonl "
+              "gets every step)", integer(ge=1))
+
+
+def _checkpoint_every():
+    return hp(0, "also export an HF directory of the weights to run_dir/checkpoint-N after every N-th step "
+              "(TRL's save_steps; 0: never)", integer(ge=0))
+
+
+def check_report_to(value: tuple) -> None:
+    """``none`` stands alone: ``[none, wandb]`` is an error."""
+    if "none" in value and len(value) > 1:
+        raise ConfigError(f"config key 'report_to': none cannot be combined with a tracker, got {list(value)!r}")
 
 
 # -- sections -------------------------------------------------------------------------------
@@ -164,6 +188,12 @@ class TrainConfig(Config):
         number(ge=0, null=True, also=("auto",)))
     run_dir: str | None = _run_dir()
     export: bool = _export()
+    report_to: tuple = _report_to()
+    log_every: int = _log_every()
+    checkpoint_every: int = _checkpoint_every()
+
+    def check(self) -> None:
+        check_report_to(self.report_to)
 
 
 @dataclass(frozen=True)
@@ -215,6 +245,12 @@ class GRPOConfig(Config):
     batch_size: int = _batch_size()
     run_dir: str | None = _run_dir()
     export: bool = _export()
+    report_to: tuple = _report_to()
+    log_every: int = _log_every()
+    checkpoint_every: int = _checkpoint_every()
+
+    def check(self) -> None:
+        check_report_to(self.report_to)
 
     def check(self) -> None:
         if self.engine == "ray":

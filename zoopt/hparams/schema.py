@@ -43,7 +43,8 @@ class Rule:
     ``kind``: ``float`` | ``int`` | ``bool`` | ``str`` | ``list`` | ``mapping``.  Numbers: an
     interval from ``low``/``high`` (``low_open``/``high_open``: strict).  Strings: ``choices``,
     or ``registry`` (a :class:`zoopt.registry.Registry`: any name registered when the value is
-    checked).  Lists: ``item`` (the rule of each element) and an exact ``length``.
+    checked).  Lists: ``item`` (the rule of each element) and an exact ``length``; ``single``:
+    one element given alone is accepted as a list of one (``report_to: wandb``).
     ``also``: literal values accepted besides (``"auto"``); ``null``: ``None`` accepted.
     """
 
@@ -58,12 +59,15 @@ class Rule:
     length: int | None = None
     also: tuple = ()
     null: bool = False
+    single: bool = False
 
     def describe(self, names: bool = True, plural: bool = False) -> str:
         """``names=False`` leaves out the registry's names (docs: they depend on what is installed)."""
         if self.kind == "list":
             count = f"{self.length} " if self.length is not None else ""
             base = f"a list of {count}{self.item.describe(names, plural=True)}"
+            if self.single:
+                base = f"{self.item.describe(names)}, or a list of them"
         elif self.choices:
             base = "one of " + ", ".join(map(str, self.choices))
         elif self.registry is not None:
@@ -110,6 +114,8 @@ class Rule:
         if kind == "mapping":
             return isinstance(value, Mapping), copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
         if kind == "list":
+            if self.single and not isinstance(value, (list, tuple)):
+                value = [value]
             if not isinstance(value, (list, tuple)) or (self.length is not None and len(value) != self.length):
                 return False, value
             items = [self.item._coerce(v) for v in value]
@@ -155,8 +161,9 @@ def string(*, choices=(), registry=None, null=False) -> Rule:
     return Rule("str", choices=tuple(choices), registry=registry, null=null)
 
 
-def list_of(item: Rule, length: int | None = None) -> Rule:
-    return Rule("list", item=item, length=length)
+def list_of(item: Rule, length: int | None = None, *, single: bool = False, null: bool = False) -> Rule:
+    """A list of ``item``s; ``single``: one item alone counts as a list of one."""
+    return Rule("list", item=item, length=length, single=single, null=null)
 
 
 def mapping() -> Rule:
