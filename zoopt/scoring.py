@@ -31,9 +31,13 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .objective import ScoreResult, ZooptWarning, score
+from .reward_functions import RewardFunctions, weighted_sum
 
 REWARD_ERRORS = ("raise", "zero")
 
@@ -106,6 +110,24 @@ def reward_name(objective: Any) -> str:
     return str(name or type(objective).__name__)
 
 
+def reward_terms(objective: Any) -> list[tuple[str, Callable[..., Sequence[float | None]], float]]:
+    """``(name, function, weight)`` of each reward ``objective`` sums: the terms of a
+    :class:`~zoopt.reward_functions.RewardFunctions`, else the objective itself with weight 1."""
+    if isinstance(objective, RewardFunctions):
+        return objective.terms
+    return [(reward_name(objective), objective, 1.0)]
+
+
+@dataclass
+class _TermCounts:
+    """One reward function's completions, failures (first error) and rewards in the current step."""
+
+    completions: int = 0
+    bad: int = 0
+    error: str | None = None
+    rewards: list = field(default_factory=list)
+
+
 class Scorer:
     """Scores a run's completions with ``objective`` (see the module doc).
 
@@ -113,12 +135,18 @@ class Scorer:
     ``chat`` overrides that.  ``timeout_s`` limits each reward call (:func:`zoopt.objective.score`).
     Call :meth:`start` before a step's first :meth:`score` and :meth:`finish` after its last.
     ``warn(message)`` shows the first failure (default: a :class:`RewardWarning`).
+
+    An objective that sums several reward functions (:func:`reward_terms`) has each function
+    scored on its own through the guard, and the weighted sum returned
+    (:func:`~zoopt.reward_functions.weighted_sum`); :meth:`reward_metrics` gives each function's
+    mean and standard deviation over the step, as TRL logs them.
     """
 
     def __init__(self, objective: Callable[..., Sequence[float | None]], engine: Any = None, *,
                  timeout_s: float = 5.0, reward_errors: str = "raise", chat: bool | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.objective = objective
+        self.terms = reward_terms(objective)
         self.timeout_s = timeout_s
         self.reward_errors = check_reward_errors(reward_errors)
         self.chat = chat_engine(engine) if chat is None else bool(chat)
@@ -130,36 +158,62 @@ class Scorer:
         """Begin a step: reset the counts :meth:`finish` checks."""
         self.completions = self.failed = self.timed_out = self.skipped = 0
         self.error: str | None = None
+        self._counts = [_TermCounts() for _ in self.terms]
 
     def score(self, prompts: Sequence, texts: Sequence[str], columns: dict[str, list] | None = None) -> ScoreResult:
         """Rewards of ``texts`` (completions of ``prompts``), through the guard; counted for the step."""
         trl_prompts, completions = trl_inputs(prompts, texts, self.chat, self.system_prompt)
-        result = score(self.objective, trl_prompts, completions, columns, timeout_s=self.timeout_s)
+        results = []
+        for (name, fn, _), counts in zip(self.terms, self._counts):
+            result = score(fn, trl_prompts, completions, columns, timeout_s=self.timeout_s)
+            counts.completions += len(texts)
+            counts.bad += result.failed + result.timed_out
+            counts.rewards.extend(result.rewards)
+            if result.error is not None:
+                counts.error = counts.error or result.error
+                if _first_report(fn):
+                    self.warn(f"reward {name!r} failed on a completion: {result.error} (shown once; failed "
+                              f"completions score 0.0, counted as reward_failed/reward_timed_out)")
+            results.append(result)
+        result = results[0] if [w for _, _, w in self.terms] == [1.0] else _combined(results, self.terms)
         self.completions += len(texts)
         self.failed += result.failed
         self.timed_out += result.timed_out
         self.skipped += result.skipped
-        if result.error is not None:
-            if self.error is None:
-                self.error = result.error
-            if _first_report(self.objective):
-                self.warn(f"reward {reward_name(self.objective)!r} failed on a completion: {result.error} "
-                          f"(shown once; failed completions score 0.0, counted as reward_failed/"
-                          f"reward_timed_out)")
+        self.error = self.error or result.error
         return result
 
     def finish(self, where: str = "the step") -> dict:
-        """End a step: its counts, or :class:`RewardError` when every completion failed and
-        ``reward_errors`` is ``"raise"``."""
+        """End a step: its counts, or :class:`RewardError` when every completion of one reward
+        function failed and ``reward_errors`` is ``"raise"``."""
         counts = {"failed": self.failed, "timed_out": self.timed_out, "skipped": self.skipped}
-        bad = self.failed + self.timed_out
-        if self.completions and bad == self.completions and self.reward_errors == "raise":
-            raise RewardError(
-                f"the reward {reward_name(self.objective)!r} failed on every completion of {where} "
-                f"({bad} of {self.completions}): {self.error}; fix the reward, or set reward_errors: zero "
-                f"to score failures as 0.0")
+        for (name, _, _), term in zip(self.terms, self._counts):
+            if term.completions and term.bad == term.completions and self.reward_errors == "raise":
+                raise RewardError(
+                    f"the reward {name!r} failed on every completion of {where} "
+                    f"({term.bad} of {term.completions}): {term.error}; fix the reward, or set reward_errors: zero "
+                    f"to score failures as 0.0")
         return counts
 
+    def reward_metrics(self) -> dict[str, float | None]:
+        """Each reward function's ``rewards/{name}/mean`` and ``rewards/{name}/std`` over the step's
+        scored completions (``None`` rewards left out; the std with Bessel's correction, as TRL's
+        ``nanstd``; None where undefined)."""
+        out: dict[str, float | None] = {}
+        for (name, _, _), term in zip(self.terms, self._counts):
+            values = np.array([r for r in term.rewards if r is not None], dtype=np.float64)
+            out[f"rewards/{name}/mean"] = float(values.mean()) if values.size else None
+            out[f"rewards/{name}/std"] = float(values.std(ddof=1)) if values.size > 1 else None
+        return out
 
-__all__ = ["Scorer", "RewardError", "RewardWarning", "ZooptWarning", "REWARD_ERRORS", "chat_engine",
+
+def _combined(results: list[ScoreResult], terms) -> ScoreResult:
+    """The weighted sum of per-function results; failures add up, the first error is kept."""
+    rewards = weighted_sum([r.rewards for r in results], [w for _, _, w in terms])
+    errors = [r.error for r in results if r.error is not None]
+    return ScoreResult(rewards, failed=sum(r.failed for r in results), timed_out=sum(r.timed_out for r in results),
+                       skipped=sum(r is None for r in rewards), error=errors[0] if errors else None)
+
+
+__all__ = ["Scorer", "reward_terms", "RewardError", "RewardWarning", "ZooptWarning", "REWARD_ERRORS", "chat_engine",
            "trl_inputs", "check_reward_errors"]

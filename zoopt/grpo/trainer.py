@@ -170,7 +170,8 @@ class GRPO:
                       "reward_std": float(np.std(valid, ddof=1)) if len(valid) > 1 else None,
                       "frac_reward_zero_std": group_std_is_zero(result.rewards, G),
                       "reward_failed": result.failed, "reward_timed_out": result.timed_out,
-                      "reward_skipped": result.skipped, "time_generate_s": t1 - t0, "time_score_s": t2 - t1}
+                      "reward_skipped": result.skipped, **self.scorer.reward_metrics(),
+                      "time_generate_s": t1 - t0, "time_score_s": t2 - t1}
         return batch
 
     def _collate(self, prompt_ids: list[list[int]], completion_ids: list[list[int]], rewards: list) -> Batch:
