@@ -27,9 +27,12 @@ class SeedLog:
 
     @classmethod
     def create(cls, path: str | Path, *, model: str, dtype: str, noise: Noise, es_state: dict,
-               config: dict | None = None) -> "SeedLog":
+               config: dict | None = None, **extra) -> "SeedLog":
+        """A new log; ``extra`` header fields (JSON-able): ``base_checksum``, the weights' checksum the
+        run started from, and ``objects``, what a run started from Python was given as objects
+        (:mod:`zoopt.workflows.train`)."""
         header = {"format": FORMAT, "model": model, "dtype": dtype, "noise": noise.to_dict(),
-                  "es": es_state, "config": config or {}}
+                  "es": es_state, "config": config or {}, **extra}
         log = cls(path, header)
         log.save()
         return log

@@ -22,6 +22,9 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "psycopg": ("postgres", "PostgreSQL storage (--storage postgresql://...)"),
     "gguf": ("embedded", "building the embedded smollm2-135m model"),
     "accelerate": ("embedded", "building the embedded smollm2-135m model"),
+    "tensorboard": ("tensorboard", "report_to: tensorboard"),
+    "wandb": ("wandb", "report_to: wandb"),
+    "trackio": ("trackio", "report_to: trackio"),
 }
 
 #: extra-specific advice appended to the install line

@@ -85,6 +85,13 @@ class Registry:
             self._targets[name] = target
         return target
 
+    def name_of(self, cls: Any) -> str | None:
+        """The name ``cls`` is registered under (as itself or as its lazy ``"module:qualname"``
+        target), or None; imports nothing."""
+        self._load_entry_points()
+        path = f"{cls.__module__}:{cls.__qualname__}"
+        return next((name for name, target in self._targets.items() if target is cls or target == path), None)
+
     def names(self) -> list[str]:
         self._load_entry_points()
         return sorted(self._targets)

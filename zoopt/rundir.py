@@ -4,10 +4,12 @@
 |---|---|---|
 | ``config.yaml`` | every run | the full config the run was started with |
 | ``seedlog.json`` | ES runs (:class:`zoopt.checkpoint.SeedLog`) | the base model + every update |
+| ``base_model/`` | ``zoopt.fit`` on an engine not loaded by name | the weights the seed log replays onto |
 | ``metrics.jsonl`` | every step | one JSON record per line, flushed as it is written |
 | ``eval_{tag}.json`` | held-out evaluations | ``eval_before.json``, ``eval_after.json`` |
 | ``checksum.txt`` | the end of a run | the final working weights' digest |
 | ``model/`` | ``export: true`` | an HF directory of the final weights |
+| ``checkpoint-N/`` | ``checkpoint_every: k`` | an HF directory of the weights after step N (every k-th) |
 | ``training.png`` | the end of a run | reward (and entropy) curves of ``metrics.jsonl`` |
 """
 
@@ -47,6 +49,10 @@ class RunDir:
         return self.path / "seedlog.json"
 
     @property
+    def base_model_path(self) -> Path:
+        return self.path / "base_model"
+
+    @property
     def checksum_path(self) -> Path:
         return self.path / "checksum.txt"
 
@@ -57,6 +63,9 @@ class RunDir:
     @property
     def training_plot_path(self) -> Path:
         return self.path / "training.png"
+
+    def checkpoint_path(self, steps_done: int) -> Path:
+        return self.path / f"checkpoint-{int(steps_done)}"
 
     def eval_path(self, tag: str) -> Path:
         return self.path / f"eval_{tag}.json"

@@ -74,9 +74,10 @@ class Update:
 
 @dataclass
 class RunResult:
-    """What a training run returns (:func:`zoopt.workflows.loop.run_loop`, for ``train`` and
-    ``train_grpo``): its directory, the final weights' checksum,
-    the steps done, the held-out evaluations before and after, and each step's record."""
+    """What a training run returns (:func:`zoopt.workflows.loop.run_loop`, for ``train``,
+    ``train_grpo`` and ``zoopt.fit``): its directory, the final weights' checksum,
+    the steps done, the held-out evaluations before and after, each step's record, and whether a
+    callback stopped it before ``steps`` (:mod:`zoopt.callbacks`)."""
 
     run_dir: Path
     checksum: str
@@ -84,3 +85,4 @@ class RunResult:
     eval_before: dict | None = None
     eval_after: dict | None = None
     history: list[dict] = field(default_factory=list)
+    stopped_early: bool = False

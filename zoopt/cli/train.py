@@ -6,7 +6,7 @@ import argparse
 
 from ..config import load_config
 from ..rundir import RunDir
-from ..workflows.train import train
+from ..workflows.train import check_resumable, train
 from .common import MODEL_HELP, add_run_flags, flag_overrides
 
 HELP = "ES-train a model on a verifier objective"
@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config_path = args.config
+    if args.resume:  # before its config.yaml is read: a run zoopt.fit started may name objects no config rebuilds
+        check_resumable(args.resume)
     if args.resume and config_path is None and RunDir(args.resume).config_path.exists():
         config_path = RunDir(args.resume).config_path
     cfg = load_config(config_path, flag_overrides(args))

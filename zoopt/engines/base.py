@@ -204,11 +204,16 @@ class Engine(WeightsEngine):
     - ``model_dir``: an HF directory of the engine's architecture, for building a separate
       trainable policy when ``module`` is None; None when there is none.
     - ``stats``: :class:`GenerationStats` over every ``generate`` call (set per instance).
+    - ``model_name``, ``model_dtype``: what ``from_pretrained(model_name, dtype=model_dtype)`` was
+      given — the base a seed log replays onto (``zoopt.fit`` records them); None for an engine
+      built around a model object.
     """
 
     system_prompt: str | None = None
     module: torch.nn.Module | None = None
     model_dir: Path | None = None
+    model_name: str | None = None
+    model_dtype: str | None = None
     stats: GenerationStats
 
     def __init__(self) -> None:

@@ -76,7 +76,9 @@ class HFEngine(ModuleEngine, Engine):
     def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", **kw) -> "HFEngine":
         """Load with :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:SEED"``, a path)."""
         model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
-        return cls(model, tokenizer, **kw)
+        engine = cls(model, tokenizer, **kw)
+        engine.model_name, engine.model_dtype = str(name_or_path), str(dtype)
+        return engine
 
     @property
     def device(self) -> torch.device:

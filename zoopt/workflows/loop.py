@@ -14,16 +14,21 @@ A *trainer* (ES's :class:`zoopt.workflows.train.Trainer`, GRPO's
 
 The loop evaluates before (unless ``eval_before.json`` exists: a resumed run keeps it), steps to
 ``cfg["steps"]`` — with ``eval.every = k`` also evaluating every k steps, logged as a separate
-``{"step", "eval_accuracy"}`` line of ``metrics.jsonl`` — evaluates after, exports ``model/``
+``{"step", "eval_accuracy"}`` line of ``metrics.jsonl``, and with ``checkpoint_every = k``
+exporting ``checkpoint-{steps done}/`` every k steps — evaluates after, exports ``model/``
 (``export: true``), plots ``training.png``, writes ``checksum.txt`` and closes the engine, also
-when a step raises.
+when a step raises.  Callbacks (:mod:`zoopt.callbacks`) hear of the start, each step, each
+evaluation and the end, and may stop the run early; ``report_to``'s trackers are one
+(:class:`zoopt.trackers.ReportTo`).
 """
 
 from __future__ import annotations
 
 import abc
 from pathlib import Path
+from typing import Sequence
 
+from ..callbacks import Callback
 from ..plots import plot_run
 from ..progress import TrainProgress
 from ..rundir import RunDir
@@ -75,34 +80,59 @@ class RunTrainer(abc.ABC):
             self.engine.close()
 
 
-def run_loop(trainer: RunTrainer, ui: TrainProgress) -> RunResult:
-    """Train ``trainer`` to ``trainer.cfg["steps"]`` (see the module docstring); close it."""
+def run_loop(trainer: RunTrainer, ui: TrainProgress, callbacks: Sequence[Callback] = ()) -> RunResult:
+    """Train ``trainer`` to ``trainer.cfg["steps"]`` (see the module docstring), telling
+    ``callbacks``; close it."""
+    result = None
     try:
-        return _run(trainer, ui)
+        for callback in callbacks:
+            callback.on_train_begin(trainer)
+        result = _run(trainer, ui, callbacks)
+        return result
     finally:
-        trainer.close()
+        try:
+            for callback in callbacks:
+                callback.on_train_end(result)
+        finally:
+            trainer.close()
 
 
-def _run(trainer: RunTrainer, ui: TrainProgress) -> RunResult:
+def _run(trainer: RunTrainer, ui: TrainProgress, callbacks: Sequence[Callback]) -> RunResult:
     cfg, run_dir = trainer.cfg, trainer.run_dir
     ui.note(f"run directory: {run_dir.path}  ({trainer.steps_done} steps already done)")
     eval_on = int(cfg["eval"]["n_problems"]) > 0
     before = run_dir.read_eval("before")
+    stop = False
     if eval_on and before is None:
         before = _evaluate(trainer, ui, "before")
+        stop = _evaluated(callbacks, before, "before", trainer.steps_done)
     steps, every = int(cfg["steps"]), int(cfg["eval"]["every"] or 0)
+    save_every = int(cfg["checkpoint_every"] or 0)
     history = []
     with ui.train_progress(trainer.label, steps, trainer.steps_done, trainer.units_per_step) as bar:
-        while trainer.steps_done < steps:
+        while trainer.steps_done < steps and not stop:
             record = trainer.step(on_member=bar.member_done)
             done = record["step"] + 1
+            summary = None
             if eval_on and every and done % every == 0 and done < steps:
-                accuracy = evaluate_run(trainer.engine, trainer.objective, cfg).get("greedy_accuracy")
+                summary = evaluate_run(trainer.engine, trainer.objective, cfg)
+                accuracy = summary.get("greedy_accuracy")
                 run_dir.append_metrics({"step": record["step"], "eval_accuracy": accuracy})
                 record = {**record, "eval_accuracy": accuracy}
+            if save_every and done % save_every == 0:
+                trainer.engine.export_pretrained(run_dir.checkpoint_path(done))
             history.append(record)
             bar.step_done(record, trainer.describe(record))
-    after = _evaluate(trainer, ui, "after") if eval_on else None
+            stop = any([callback.on_step_end(record) for callback in callbacks])
+            if summary is not None:
+                stop = _evaluated(callbacks, summary, "step", done) or stop
+    stopped_early = trainer.steps_done < steps
+    if stopped_early:
+        ui.note(f"stopped early by a callback after {trainer.steps_done} of {steps} steps")
+    after = None
+    if eval_on:
+        after = _evaluate(trainer, ui, "after")
+        _evaluated(callbacks, after, "after", trainer.steps_done)
     ui.compare(before, after)
     if cfg["export"]:
         ui.note(f"exported the final weights to {trainer.engine.export_pretrained(run_dir.model_path)}")
@@ -111,7 +141,12 @@ def _run(trainer: RunTrainer, ui: TrainProgress) -> RunResult:
     checksum = trainer.engine.checksum()
     run_dir.write_checksum(checksum)
     ui.note(f"done: {trainer.steps_done} steps, weights checksum {checksum}")
-    return RunResult(run_dir.path, checksum, trainer.steps_done, before, after, history)
+    return RunResult(run_dir.path, checksum, trainer.steps_done, before, after, history, stopped_early)
+
+
+def _evaluated(callbacks: Sequence[Callback], summary: dict, tag: str, step: int) -> bool:
+    """Tell every callback of an evaluation; whether one asked to stop."""
+    return any([callback.on_evaluate({**summary, "tag": tag, "step": step}) for callback in callbacks])
 
 
 def _evaluate(trainer: RunTrainer, ui: TrainProgress, tag: str) -> dict:

@@ -10,6 +10,11 @@ A run directory (:class:`~zoopt.rundir.RunDir`) holds ``config.yaml``,
 ``model/`` (an HF directory of the final weights).  ``--resume DIR`` replays the seed log onto
 the base model and continues; member seeds and prompts of step t depend only on (seed, t), so
 a resumed run ends with the same weights, bit for bit, as one that was never interrupted.
+
+:class:`ESRun` is that run over objects (an engine, an objective, an ES shell with any
+estimator); ``zoopt.fit`` (:mod:`zoopt.workflows.fit`) drives it from Python, and
+:class:`Trainer` is ``zoopt train``'s thin layer that builds the objects from a config — one
+loop, :func:`~zoopt.workflows.loop.run_loop`, for both.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import math
 import time
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
+from ..callbacks import Callback
 from ..checkpoint import SeedLog
 from ..config import ConfigError
 from ..hparams import TrainConfig, from_dict, to_dict
@@ -31,58 +38,95 @@ from ..objective import mean_reward
 from ..scoring import Scorer
 from ..progress import TrainProgress
 from ..registry import ENGINES
+from ..engines.base import Sampling
+from ..trackers import ReportTo
 from ..types import RunResult
 from ..rundir import RunDir
 from .loop import RunTrainer, run_loop
-from .run import build_es, run_dir_for, sampling_from, step_indices
+from .run import build_engine, build_es, build_objective, run_dir_for, sampling_from, step_indices
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",
             "shaping", "scaling", "population_size", "sigma", "lr", "noise", "population", "sampling")
 
 
-class Trainer(RunTrainer):
-    """One ES run: the engine, objective, ES shell and seed log (see
-    :class:`~zoopt.workflows.loop.RunTrainer` for the arguments).  A ``run_dir`` that holds a
-    seed log is resumed: its updates are replayed onto the engine."""
+class ESRun(RunTrainer):
+    """One ES run over objects — the trainer both ``zoopt.fit`` and ``zoopt train`` drive.
+
+    ``engine`` and ``objective`` as in :class:`~zoopt.workflows.loop.RunTrainer`; ``es`` an
+    :class:`~zoopt.es.ES` shell, whose estimator need only satisfy the estimator protocol
+    (``plan``, ``update``: registered or not); ``sampling`` the rollouts' :class:`Sampling`.
+    ``cfg`` describes the run: the keys :func:`~zoopt.workflows.loop.run_loop` reads, and
+    ``prompts_per_step``, ``reward_timeout_s``, ``reward_errors``; it is written to
+    ``config.yaml`` and the seed log's header.
+
+    A new run creates ``seedlog.json`` replaying onto ``base = (model, dtype)`` and records the
+    weights' checksum it starts from (``base_checksum``).  ``objects``: for a run started from
+    Python, what each part given as an object is (``{"estimator": "pkg.mod:Class (not
+    registered)", ...}``); it goes to the seed log, and such a run is resumed from Python only.
+    A ``run_dir`` that holds a seed log is resumed: the run keys of ``cfg`` (:data:`RUN_KEYS`,
+    those it has), the objects and the engine's weights (against ``base_checksum``) must match
+    the log, whose updates are then replayed onto the engine.  ``owns_engine``: close the engine
+    in :meth:`close`.
+    """
 
     label = "ES"
 
-    def __init__(self, cfg: dict, run_dir: str | Path, engine=None, objective=None) -> None:
+    def __init__(self, cfg: dict, run_dir: str | Path, engine, objective, es, sampling: Sampling, *,
+                 base: tuple[str, str] | None = None, objects: dict | None = None, owns_engine: bool = False) -> None:
         super().__init__(cfg, run_dir, engine=engine, objective=objective)
+        self._owns_engine = owns_engine
         try:
-            self.es = build_es(cfg)
+            self.es = es
             self.units_per_step = self.es.population_size
             self.train_data = self.objective.dataset("train")
             self.columns = [c for c in self.train_data.column_names if c != "prompt"]
-            self.sampling = sampling_from(cfg)
+            self.sampling = sampling
             self.scorer = Scorer(self.objective, self.engine, timeout_s=float(cfg["reward_timeout_s"]),
                                  reward_errors=cfg.get("reward_errors", "raise"))
-            self.seedlog = self._open_seedlog()
+            self.objects = objects
+            self.seedlog = self._open_seedlog(base)
         except BaseException:
             self.close()
             raise
 
     # -- set-up ----------------------------------------------------------------------------
-    def _open_seedlog(self) -> SeedLog:
+    def _open_seedlog(self, base: tuple[str, str] | None) -> SeedLog:
         path = self.run_dir.seedlog_path
         if path.exists():
             log = SeedLog.load(path)
-            raw = log.header.get("config", {})
-            try:  # the normalisation load_config applies, so that '5e-3' saved by an older run equals 0.005
-                saved = to_dict(from_dict(TrainConfig, raw))
-            except ConfigError:
-                saved = raw
-            for key in RUN_KEYS:
-                if key in raw and saved[key] != self.cfg.get(key):
-                    raise ConfigError(f"--resume: config key {key!r} is {self.cfg.get(key)!r} but the run "
-                                      f"was started with {saved[key]!r}")
+            self._check_resume(log)
             log.replay(self.engine)
             self.es.step = log.steps_done
             return log
+        if base is None:
+            raise ValueError(f"a new run needs the base model its seed log replays onto (run_dir {str(self.run_dir.path)!r})")
         self.run_dir.write_config(self.cfg)
-        return SeedLog.create(path, model=str(self.cfg["model"]), dtype=str(self.cfg["dtype"]),
-                              noise=self.es.noise, es_state=self.es.state_dict(), config=self.cfg)
+        extra = {"base_checksum": self.engine.checksum(), **({"objects": self.objects} if self.objects else {})}
+        return SeedLog.create(path, model=str(base[0]), dtype=str(base[1]), noise=self.es.noise,
+                              es_state=self.es.state_dict(), config=self.cfg, **extra)
+
+    def _check_resume(self, log: SeedLog) -> None:
+        """One-line :class:`ConfigError` when ``log`` is not the run these parts continue."""
+        started = log.header.get("objects")
+        if started and self.objects is None:
+            raise ConfigError(not_resumable(self.run_dir.path, started))
+        for part, what in (started or {}).items():
+            if self.objects[part] != what:
+                raise ConfigError(f"resume: the run's {part} was {what}, got {self.objects[part]}")
+        raw = log.header.get("config", {})
+        try:  # the normalisation load_config applies, so that '5e-3' saved by an older run equals 0.005
+            saved = to_dict(from_dict(TrainConfig, raw))
+        except ConfigError:
+            saved = raw
+        for key in RUN_KEYS:
+            if key in raw and key in self.cfg and saved[key] != self.cfg[key]:
+                raise ConfigError(f"--resume: config key {key!r} is {self.cfg[key]!r} but the run "
+                                  f"was started with {saved[key]!r}")
+        base_checksum = log.header.get("base_checksum")
+        if base_checksum is not None and self.engine.checksum() != base_checksum:
+            raise ConfigError(f"resume: the engine's weights (checksum {self.engine.checksum()}) are not the ones the "
+                              f"run started from ({base_checksum}); load its base model {log.header['model']!r} afresh")
 
     @property
     def steps_done(self) -> int:
@@ -147,6 +191,8 @@ class Trainer(RunTrainer):
             "tokens": tokens, "tokens_per_s": tokens / max(generate_s, 1e-9),
             "reward_failed": failures["failed"], "reward_timed_out": failures["timed_out"],
             "reward_skipped": failures["skipped"], "population_path": path,
+            # each reward function's mean and std over every member's completions (TRL's rewards/NAME/mean, /std)
+            **self.scorer.reward_metrics(),
             # the population call = setting weights (perturb, restore) + generate + score
             "time_weights_s": round(population_s - generate_s - score_s, 4),
             "time_generate_s": round(generate_s, 4), "time_score_s": round(score_s, 4),
@@ -181,21 +227,58 @@ def _replicas(record: dict) -> str:
     return f"  replicas ready {record['ray_replicas_ready']}" + (f" ({seen})" if seen else "")
 
 
+class Trainer(ESRun):
+    """``zoopt train``'s trainer: the ES run a ``train`` config describes — its engine, objective,
+    ES shell and sampling built from ``cfg`` (see :class:`~zoopt.workflows.loop.RunTrainer` for
+    ``engine`` and ``objective``), then :class:`ESRun`.  A ``run_dir`` that holds a seed log is
+    resumed."""
+
+    def __init__(self, cfg: dict, run_dir: str | Path, engine=None, objective=None) -> None:
+        objective = objective if objective is not None else build_objective(cfg)
+        es = build_es(cfg)
+        owns = engine is None
+        engine = engine if engine is not None else build_engine(cfg, objective)
+        super().__init__(cfg, run_dir, engine, objective, es, sampling_from(cfg),
+                         base=(str(cfg["model"]), str(cfg["dtype"])), owns_engine=owns)
+
+
+def not_resumable(run_dir: str | Path, objects: dict) -> str:
+    """The one line that refuses ``zoopt train --resume`` of a run ``zoopt.fit`` started with ``objects``."""
+    parts = "; ".join(f"{part} {what}" for part, what in objects.items())
+    return (f"--resume: {str(run_dir)!r} was started from Python (zoopt.fit) with objects a config cannot rebuild "
+            f"({parts}); resume it from Python: zoopt.fit(engine, objective, es, ..., run_dir={str(run_dir)!r}, "
+            f"resume=True) with the same objects")
+
+
+def check_resumable(run_dir: str | Path) -> None:
+    """Raise :class:`ConfigError` (one line) unless ``run_dir`` holds a seed log ``zoopt train
+    --resume`` can continue: there is one, and it was not started from Python with objects."""
+    path = RunDir(run_dir).seedlog_path
+    if not path.exists():
+        raise ConfigError(f"--resume: no seedlog.json in {RunDir(run_dir).path}")
+    objects = SeedLog.load(path).header.get("objects")
+    if objects:
+        raise ConfigError(not_resumable(run_dir, objects))
+
+
 def step_sampling_seed(seed: int, step: int) -> int:
     """The sampling seed of every member of ``step``: common random numbers across members."""
     return int(np.random.SeedSequence([int(seed), int(step), 0xC0DE]).generate_state(1)[0])
 
 
-def train(cfg: dict, resume: str | Path | None = None, console=None, show_progress: bool = True) -> RunResult:
-    """Run (or resume) the ES training described by ``cfg`` and return its result."""
+def train(cfg: dict, resume: str | Path | None = None, console=None, show_progress: bool = True,
+          callbacks: Sequence[Callback] = ()) -> RunResult:
+    """Run (or resume) the ES training described by ``cfg`` and return its result; ``cfg["report_to"]``'s
+    trackers and ``callbacks`` hear of it (:mod:`zoopt.callbacks`)."""
     run_dir = RunDir(resume if resume else run_dir_for(cfg))
-    if resume and not run_dir.seedlog_path.exists():
-        raise ConfigError(f"--resume: no seedlog.json in {run_dir.path}")
-    if not resume:
+    if resume:
+        check_resumable(run_dir.path)
+    else:
         run_dir.refuse_if_used(f"; use --resume {run_dir.path}")
+    report = ReportTo(cfg["report_to"], int(cfg["log_every"]))  # a missing tracker fails before the model loads
     ui = TrainProgress(console=console, enabled=show_progress)
     ui.note(f"loading {cfg['model']} ({cfg['dtype']}, {cfg['engine']} engine) and objective {cfg['objective']}")
-    return run_loop(Trainer(cfg, run_dir.path), ui)
+    return run_loop(Trainer(cfg, run_dir.path), ui, [report, *callbacks])
 
 
 def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | None = None,
