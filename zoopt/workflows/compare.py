@@ -18,7 +18,8 @@ child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (
 ``_LAUNCHER`` for why not the parent itself), and both are reported (MiB).  In-process
 (``isolate: false``, for tests) memory is not attributable to one method and is reported as
 ``null``.  Results: ``compare.json`` (everything), ``compare.md`` (the table),
-``pass_at_k.png`` and ``train_reward.png`` in the run directory.  ``keep_models: false`` removes
+``pass_at_k.png`` and ``train_reward.png`` in the run directory; ``report_to`` sends them, and
+each method's step records, to experiment trackers (:mod:`zoopt.trackers`).  ``keep_models: false`` removes
 each method's final ``model/`` once D_rel is measured; the ``start_model/`` of an ES phase that
 follows another phase is kept, since that phase's seed log replays onto it (``zoopt export``).
 """
@@ -39,6 +40,7 @@ from ..models import load_model
 from ..plots import plot_pass_at_k, plot_reward_curves
 from .run import build_engine, build_objective, evaluate_run, run_dir_for
 from ..rundir import RunDir
+from ..trackers import open_trackers, scalars, tracker_names
 from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
@@ -197,6 +199,7 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
     if (run_dir / "compare.json").exists():
         raise ConfigError(f"run_dir {str(run_dir)!r} already holds a comparison")
     isolate = bool(cfg["isolate"])
+    trackers = tracker_names(cfg["report_to"])  # a missing tracker fails before any method runs
     if isolate and objective is not None:
         raise ConfigError("an objective object cannot cross a process boundary: use isolate=false or a name")
     obj = objective if objective is not None else build_objective(cfg)
@@ -220,11 +223,47 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
     (run_dir / "compare.json").write_text(json.dumps(out, indent=2))
     (run_dir / "compare.md").write_text(_markdown(cfg, table))
     figures = _plots(run_dir, cfg, results)
+    _report(trackers, run_dir, cfg, results, table, figures)
     if not cfg["keep_models"]:  # each method's final weights; an ES phase's start_model/ stays: its seed log
         for r in results:       # replays onto it (zoopt export PHASE_DIR)
             shutil.rmtree(r["model_dir"], ignore_errors=True)
     log(f"compare: wrote {run_dir / 'compare.json'}, {run_dir / 'compare.md'}" + "".join(f", {f}" for f in figures))
     return {"run_dir": run_dir, **out, "figures": figures}
+
+
+def _report(names: list[str], run_dir: Path, cfg: dict, results: list[dict], table: list[dict],
+            figures: list[Path]) -> None:
+    """``report_to``: per method, a tracker run (in its directory) of its phases' step records as
+    ``train/KEY`` (step = steps done over its phases) and its table row as ``eval/KEY``; then one
+    run of the whole table (``METHOD/KEY``) and the figures."""
+    if not names:
+        return
+    for result, row in zip(results, table):
+        method_dir = run_dir / result["name"]
+        trackers = open_trackers(names, method_dir, {**cfg, "method": result["name"]}, f"{run_dir.name}-{result['name']}")
+        try:
+            done = 0
+            for phase in result["phases"]:
+                for record in RunDir(phase["dir"]).read_metrics():
+                    if "reward_mean" in record:  # a step (not a periodic evaluation line)
+                        done += 1
+                        for tracker in trackers:
+                            tracker.log(scalars(record, "train/"), done)
+            for tracker in trackers:
+                tracker.log(scalars(row, "eval/"), done)
+        finally:
+            for tracker in trackers:
+                tracker.close()
+    trackers = open_trackers(names, run_dir, cfg, run_dir.name)
+    try:
+        values = {k: v for row in table for k, v in scalars(row, f"{row['method']}/").items()}
+        for tracker in trackers:
+            tracker.log(values, 0)
+            for figure in figures:
+                tracker.log_image(figure.stem, figure, 0)
+    finally:
+        for tracker in trackers:
+            tracker.close()
 
 
 def _state(path: str, dtype: str) -> dict:

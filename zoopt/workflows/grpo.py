@@ -10,9 +10,12 @@ ES.  Its run directory holds ``config.yaml``, ``metrics.jsonl`` (one line per st
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
+from ..callbacks import Callback
 from ..grpo import GRPO
 from ..progress import TrainProgress
+from ..trackers import ReportTo
 from ..types import RunResult
 from .loop import RunTrainer, run_loop
 from .run import run_dir_for
@@ -58,7 +61,10 @@ class GRPOTrainer(RunTrainer):
                 + (f"  reward failed on {failed} completions" if failed else ""))
 
 
-def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None) -> RunResult:
-    """Run the GRPO training described by ``cfg`` (``zoopt/configs/grpo.yaml`` keys)."""
+def train_grpo(cfg: dict, console=None, show_progress: bool = True, engine=None, objective=None,
+               callbacks: Sequence[Callback] = ()) -> RunResult:
+    """Run the GRPO training described by ``cfg`` (``zoopt/configs/grpo.yaml`` keys); ``cfg["report_to"]``'s
+    trackers and ``callbacks`` hear of it (:mod:`zoopt.callbacks`)."""
+    report = ReportTo(cfg["report_to"], int(cfg["log_every"]))  # a missing tracker fails before the model loads
     ui = TrainProgress(console=console, enabled=show_progress)
-    return run_loop(GRPOTrainer(cfg, run_dir_for(cfg), engine=engine, objective=objective), ui)
+    return run_loop(GRPOTrainer(cfg, run_dir_for(cfg), engine=engine, objective=objective), ui, [report, *callbacks])
