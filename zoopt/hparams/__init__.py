@@ -9,6 +9,7 @@ drive everything else:
   ``to_dict(GRPOConfig())``, and ``load_config`` validates the merged dict through them;
 * :class:`zoopt.grpo.GRPO` takes :attr:`GRPOConfig.TRAINER_KEYS` as keyword arguments, with
   these defaults and rules;
+* :class:`ESConfig` (``zoopt.trl``) takes their definitions under TRL's names;
 * ``zoopt/configs/{train,grpo}.yaml`` and ``docs/configuration.md`` are generated from them:
   ``python -m zoopt.hparams`` rewrites both (tests fail when either drifts).
 """
@@ -21,6 +22,7 @@ from .configs import (EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, S
                       TrainConfig)
 from .schema import (Config, ConfigError, Rule, from_dict, markdown_table, optional_keys, to_dict,
                      to_yaml, unknown_key)
+from .trl_names import ES_KEYS, TRL_NAMES, ESConfig
 
 #: ``base`` name of ``zoopt.config.load_config`` → its config class
 CONFIGS: dict[str, type] = {"train": TrainConfig, "grpo": GRPOConfig}
@@ -53,6 +55,10 @@ def configuration_markdown() -> str:
             for key in GRPOConfig.TRAINER_KEYS:
                 table = table.replace(f"| `{key}` |", f"| **`{key}`** |")
         parts += [f"## `{name}` — `{cls.__name__}`", "", note, "", table]
+    parts += ["## `zoopt.trl.ESConfig` — TRL's names", "",
+              "The arguments of `zoopt.trl.ESTrainer` (docs/python.md): TRL `GRPOConfig`'s name where the concept is",
+              "the same — the `train` key each stands for opens its help — and ES's own keys under their `train`",
+              "names, with `train`'s defaults and rules.", "", markdown_table(ESConfig)]
     return "\n".join(parts)
 
 
@@ -71,7 +77,7 @@ def write_generated(root: str | Path = Path(__file__).resolve().parents[2]) -> l
     return out
 
 
-__all__ = ["TrainConfig", "GRPOConfig", "NoiseConfig", "SamplingConfig", "GRPOSamplingConfig", "EvalConfig",
+__all__ = ["TrainConfig", "GRPOConfig", "ESConfig", "TRL_NAMES", "ES_KEYS", "NoiseConfig", "SamplingConfig", "GRPOSamplingConfig", "EvalConfig",
            "Config", "ConfigError", "Rule", "CONFIGS", "validate", "from_dict", "to_dict", "to_yaml",
            "optional_keys", "unknown_key", "markdown_table", "configuration_markdown", "GENERATED",
            "write_generated"]

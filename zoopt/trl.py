@@ -1,0 +1,130 @@
+"""``zoopt.trl``: a TRL ``GRPOTrainer`` script, trained by evolution strategies — change the import.
+
+    from zoopt.trl import ESConfig, ESTrainer          # was: from trl import GRPOConfig, GRPOTrainer
+
+    trainer = ESTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                        reward_funcs=[think_format_reward, my_reward],
+                        args=ESConfig(output_dir="runs/es", learning_rate=2.5e-3, reward_weights=[0.5, 1.0]),
+                        train_dataset=dataset)
+    trainer.train()
+
+The arguments are TRL's where the concept is the same (:class:`~zoopt.hparams.ESConfig`; a
+test holds them to ``GRPOTrainer``'s and ``GRPOConfig``'s signatures).  ``model`` is an id, a
+local directory, a name zoopt knows (``smollm2-135m``, ``tiny``) or a ``PreTrainedModel``
+(with ``processing_class``, its tokenizer, when its config names none).  ``reward_funcs`` is one
+TRL reward function or a list, summed with ``reward_weights``
+(:class:`~zoopt.reward_functions.RewardFunctions`); the datasets are ``datasets.Dataset`` s with
+a ``prompt`` column, plain or conversational, whose other columns reach the reward functions.
+
+:meth:`ESTrainer.train` is ``zoopt.fit`` (:mod:`zoopt.workflows.fit`): the seed log, metrics,
+evaluations (before and after, greedy, on ``eval_dataset`` when given) and ``report_to``'s
+trackers land in ``output_dir``; each step's record carries ``rewards/NAME/mean`` and
+``rewards/NAME/std`` per reward function, as TRL logs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .callbacks import Callback
+from .config import ConfigError
+from .engines.hf import HFEngine
+from .hparams import ESConfig, EvalConfig, to_dict
+from .reward_functions import RewardFunction, RewardFunctions
+from .rundir import RunDir
+from .types import RunResult
+from .workflows.fit import fit
+from .workflows.run import build_engine, build_es, evaluate_run, noise_cache_bytes, run_dir_for, sampling_from
+
+
+class ESTrainer:
+    """ES on TRL's arguments (see the module docstring).
+
+    Args:
+        model: a model id, a local directory, ``smollm2-135m``/``tiny``, or a ``PreTrainedModel``
+            (trained in place, in its own dtype; the ``hf`` engine).
+        reward_funcs: a TRL reward function or a list of them.
+        args: :class:`~zoopt.hparams.ESConfig` (default: ``ESConfig()``).
+        train_dataset: a ``datasets.Dataset`` with a ``prompt`` column.
+        eval_dataset: held-out rows, evaluated (greedy) before and after training; None: none.
+        processing_class: the tokenizer of a ``PreTrainedModel`` (default: its config's).
+        callbacks: :class:`zoopt.callbacks.Callback` s (``EarlyStopping``, your own).
+    """
+
+    def __init__(self, model: str | torch.nn.Module, reward_funcs: RewardFunction | Sequence[RewardFunction],
+                 args: ESConfig | None = None, train_dataset=None, eval_dataset=None, processing_class=None,
+                 callbacks: Sequence[Callback] | None = None) -> None:
+        self.args = args if args is not None else ESConfig()
+        if not isinstance(self.args, ESConfig):
+            raise TypeError(f"args must be a zoopt.trl.ESConfig, got {type(self.args).__name__}")
+        self.objective = RewardFunctions(reward_funcs, train_dataset, eval_dataset, weights=self.args.reward_weights)
+        self.eval_dataset = eval_dataset
+        self.cfg = self.args.train_config(objective=self.objective.name,
+                                          **({"model": model} if isinstance(model, str) else {}))
+        self.es = build_es(self.cfg)
+        self.engine = self._engine(model, processing_class)
+        self.callbacks = list(callbacks or [])
+        self.result: RunResult | None = None
+
+    def _engine(self, model, processing_class):
+        cfg = self.cfg
+        if isinstance(model, str):
+            return build_engine(cfg, self.objective)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a model id or path, or a PreTrainedModel, got {type(model).__name__}")
+        if cfg["engine"] != "hf":
+            raise ConfigError(f"a model object trains in the hf engine, got engine {cfg['engine']!r}: pass its id or path")
+        if processing_class is None:
+            source = model.config.name_or_path
+            if not source:
+                raise ValueError("processing_class is needed: the model's config names no tokenizer to load")
+            from transformers import AutoTokenizer
+
+            processing_class = AutoTokenizer.from_pretrained(source)
+        return HFEngine(model, processing_class, batch_size=int(cfg["batch_size"]), population=cfg["population"],
+                        noise_cache_bytes=noise_cache_bytes(cfg["noise_cache_gb"], str(cfg["device"])))
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The module being trained (None for an engine whose weights live elsewhere, e.g. vLLM)."""
+        return self.engine.module
+
+    def train(self, resume_from_checkpoint: bool | None = None) -> RunResult:
+        """ES-train to ``max_steps`` with :func:`zoopt.fit`; ``resume_from_checkpoint=True``
+        continues the run in ``output_dir`` (a fresh trainer on the same base model and objects)."""
+        cfg = self.cfg
+        run_dir = cfg["run_dir"] or run_dir_for(cfg, prefix="es-")
+        self.result = fit(self.engine, self.objective, self.es, steps=cfg["steps"],
+                          prompts_per_step=cfg["prompts_per_step"], sampling=sampling_from(cfg), run_dir=run_dir,
+                          callbacks=self.callbacks, report_to=cfg["report_to"], evaluation=self._evaluation(),
+                          resume=bool(resume_from_checkpoint), log_every=cfg["log_every"],
+                          checkpoint_every=cfg["checkpoint_every"], reward_timeout_s=cfg["reward_timeout_s"],
+                          reward_errors=cfg["reward_errors"], batch_size=cfg["batch_size"],
+                          progress=not self.args.disable_tqdm)
+        return self.result
+
+    def _evaluation(self) -> EvalConfig | None:
+        if self.eval_dataset is None:
+            return None
+        return EvalConfig(n_problems=len(self.eval_dataset), max_new_tokens=self.cfg["sampling"]["max_new_tokens"])
+
+    def evaluate(self) -> dict:
+        """The greedy held-out evaluation of the current weights on ``eval_dataset`` (its summary)."""
+        evaluation = self._evaluation()
+        if evaluation is None:
+            raise ValueError("evaluate() needs an eval_dataset")
+        return evaluate_run(self.engine, self.objective, {**self.cfg, "eval": to_dict(evaluation)})
+
+    def save_model(self, output_dir: str | Path | None = None) -> Path:
+        """Write an HF directory of the current weights: ``output_dir``, else ``output_dir/model`` of the run."""
+        if output_dir is None:
+            if self.result is None:
+                raise ValueError("save_model() before train() needs an output_dir")
+            output_dir = RunDir(self.result.run_dir).model_path
+        return self.engine.export_pretrained(output_dir)
+
+
+__all__ = ["ESTrainer", "ESConfig"]
