@@ -43,7 +43,7 @@ def scalars(directory: Path, tag: str) -> list[tuple[int, float]]:
 
 def test_tensorboard_event_file_of_a_two_step_run_holds_the_step_records(tmp_path, one_thread):
     run = tmp_path / "run"
-    assert main(["train", *TINY, *sets("steps=2", "report_to=tensorboard", f"run_dir={run}")]) == 0
+    assert main(["train", *TINY, "--report-to", "tensorboard", *sets("steps=2", f"run_dir={run}")]) == 0
     records = RunDir(run).read_metrics()
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
@@ -120,7 +120,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_the_extra(tmp_path, 
 
     real = zoopt.extras.importlib.util.find_spec
     monkeypatch.setattr(zoopt.extras.importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name))
-    assert main(["train", *TINY, *sets("report_to=[tensorboard, wandb]", f"run_dir={tmp_path / 'run'}")]) == 2
+    assert main(["train", *TINY, "--report-to", "tensorboard,wandb", *sets(f"run_dir={tmp_path / 'run'}")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "report_to: wandb" in err and 'pip install "zoopt-llm[wandb]"' in err, err
     assert not (tmp_path / "run").exists()  # refused before anything was loaded or written

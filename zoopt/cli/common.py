@@ -1,7 +1,7 @@
 """Flags and settings more than one command shares (no command module imports another).
 
 * :func:`add_run_flags` / :func:`flag_overrides`: ``--model``, ``--objective``, ``--engine``,
-  ``--config``, ``--set``, ``--quiet`` of ``train``, ``grpo`` and ``compare``;
+  ``--config``, ``--set``, ``--report-to``, ``--quiet`` of ``train``, ``grpo`` and ``compare``;
 * :func:`add_eval_flags` / :func:`eval_config`: the evaluation settings of ``eval`` and
   ``analyze``.  They are a run config: ``zoopt/configs/train.yaml`` — or, when ``--model`` is a
   training run (or its ``model/``), that run's ``config.yaml`` — then ``--set KEY=VALUE``, then
@@ -57,6 +57,9 @@ def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: s
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
     p.add_argument("--ray-address", dest="set", action="append", metavar="ADDRESS", type="engine_args.address={}".format,
                    help="with --engine ray: attach to this Ray cluster (auto, HOST:PORT); default: start a local one")
+    p.add_argument("--report-to", dest="set", action="append", metavar="TRACKER[,TRACKER]",
+                   type="report_to=[{}]".format,
+                   help="send step records, evaluations and plots to tensorboard, wandb or trackio (report_to)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 

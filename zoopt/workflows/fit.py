@@ -16,7 +16,8 @@ it), ``metrics.jsonl``, ``config.yaml``, ``eval_*.json``, ``checksum.txt``, ``tr
   engine whose weights are still the base model's.
 * ``objective``: the objective contract (:mod:`zoopt.objective`: a TRL-signature reward with
   ``dataset(split)``); TRL reward functions and your datasets become one with
-  :class:`~zoopt.reward_functions.RewardFunctions`.
+  :class:`~zoopt.reward_functions.RewardFunctions`.  An objective's ``system_prompt`` goes to an
+  engine that has none, as in ``zoopt train``.
 * ``es``: an :class:`~zoopt.es.ES` shell; its estimator needs only ``plan`` and ``update`` —
   registered or not.
 * ``resume=True`` continues the run in ``run_dir`` with the same objects (a fresh engine of the
@@ -41,6 +42,7 @@ from ..config import ConfigError
 from ..engines.base import Sampling
 from ..es import ES
 from ..hparams import EvalConfig, TrainConfig, from_dict, to_dict
+from ..objective import Objective
 from ..progress import TrainProgress
 from ..registry import ENGINES, ESTIMATORS
 from ..rundir import RunDir
@@ -87,6 +89,8 @@ def fit(engine, objective, es: ES, *, steps: int, prompts_per_step: int, samplin
     elif engine.model_name is None:  # resumed on an engine built around a model object: its base is the log's
         header = SeedLog.load(where.seedlog_path).header
         cfg["model"], cfg["dtype"] = header["model"], header["dtype"]
+    if isinstance(objective, Objective) and objective.system_prompt and engine.system_prompt is None:
+        engine.system_prompt = objective.system_prompt  # as zoopt train's build_engine does
     trainer = ESRun(cfg, where.path, engine, objective, es, sampling, base=base, objects=objects(engine, objective, es))
     return run_loop(trainer, TrainProgress(console=console, enabled=progress), [report, *callbacks])
 
