@@ -17,7 +17,7 @@ from zoopt.config import ConfigError, load_config
 from zoopt.engines.hf import HFEngine
 from zoopt.hparams import EvalConfig
 from zoopt.types import Member, Population, Update
-from zoopt.workflows.train import train
+from zoopt.workflows.train import export_from_seedlog, train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402
@@ -143,12 +143,20 @@ class StopAfter(Callback):
 def test_callbacks_hear_every_step_and_evaluation_and_can_stop_the_run(tmp_path, one_thread):
     callback = StopAfter(2)
     result = fit(tiny(), Digits(), make_es(), steps=5, prompts_per_step=2, sampling=SAMPLING, callbacks=[callback],
-                 evaluation=EvalConfig(n_problems=2, max_new_tokens=4), run_dir=tmp_path / "run", progress=False)
+                 evaluation=EvalConfig(n_problems=2, max_new_tokens=4), run_dir=tmp_path / "run", progress=False,
+                 checkpoint_every=1)
     assert callback.seen == [("begin", 0), ("before", 0, 2), ("step", 0), ("step", 1), ("after", 2, 2),
                              ("end", 2, True)]
     assert result.stopped_early and result.steps == 2
     assert len(json.loads((tmp_path / "run" / "seedlog.json").read_text())["updates"]) == 2
     assert json.loads((tmp_path / "run" / "eval_after.json").read_text())["n_problems"] == 2
+    # checkpoint_every (TRL's save_steps): the weights after steps 1 and 2, as the seed log rebuilds them
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    _, upto_1 = export_from_seedlog(tmp_path / "run", tmp_path / "upto-1", upto=1)
+    checkpoint = load_file(str(tmp_path / "run" / "checkpoint-1" / "model.safetensors"))
+    replayed = load_file(str(tmp_path / "upto-1" / "model.safetensors"))
+    assert all(torch.equal(checkpoint[k], replayed[k]) for k in checkpoint)
+    assert upto_1 != result.checksum
 
 
 def test_early_stopping_counts_observations_without_improvement():

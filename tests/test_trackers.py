@@ -59,14 +59,18 @@ def test_tensorboard_event_file_of_a_two_step_run_holds_the_step_records(tmp_pat
     assert "train/population_path" not in events.Tags()["scalars"]  # strings are left out
 
 
-def test_wandb_offline_writes_its_run_directory(tmp_path, monkeypatch, one_thread):
+def test_wandb_offline_writes_its_run_directory_and_log_every_thins_the_steps(tmp_path, monkeypatch, one_thread):
     monkeypatch.setenv("WANDB_MODE", "offline")  # nothing leaves the machine
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
     monkeypatch.setenv("WANDB_SILENT", "true")
     es = ES("one_point", noise=Gaussian(), lr=0.05, sigma=0.05, population_size=4)
     result = fit(HFEngine.from_pretrained("tiny", dtype="float32"), Digits(), es, steps=2, prompts_per_step=2,
-                 sampling=Sampling(temperature=0.0, max_new_tokens=4), run_dir=tmp_path / "run", report_to="wandb",
-                 evaluation=EvalConfig(n_problems=2, max_new_tokens=2), progress=False)
+                 sampling=Sampling(temperature=0.0, max_new_tokens=4), run_dir=tmp_path / "run",
+                 report_to=["wandb", "tensorboard"], log_every=2, evaluation=EvalConfig(n_problems=2, max_new_tokens=2),
+                 progress=False)
+    # log_every (TRL's logging_steps): every 2nd step record reaches the trackers; metrics.jsonl has each
+    assert [s for s, _ in scalars(result.run_dir / "tensorboard", "train/reward_mean")] == [2]
+    assert len(RunDir(result.run_dir).read_metrics()) == 2
     runs = list((result.run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, list((result.run_dir / "wandb").iterdir())
     keys = (b"train/reward_mean", b"train/rewards/digits/mean", b"eval/greedy_accuracy", b"training")

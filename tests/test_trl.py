@@ -135,7 +135,8 @@ def test_trls_think_format_reward_and_a_user_reward_train_the_tiny_model(tmp_pat
         [[{"role": "user", "content": "2 + 2 ="}]], ["<think>sum</think>4"], {"answer": ["4"]})
     assert scored.rewards == [pytest.approx(2.0 * 1.0 + 1.0 * (1 / 19 + 1))]  # "<think>sum</think>4": 1 digit of 19
     # held-out evaluations on eval_dataset, and a seed log that replays onto the exported base
-    assert json.loads((result.run_dir / "eval_after.json").read_text())["n_problems"] == 4
+    after_eval = json.loads((result.run_dir / "eval_after.json").read_text())
+    assert after_eval["n_problems"] == 4 and trainer.evaluate()["greedy_accuracy"] == after_eval["greedy_accuracy"]
     assert main(["export", str(result.run_dir), "--out", str(tmp_path / "replayed")]) == 0
     replayed = load_file(str(tmp_path / "replayed" / "model.safetensors"))
     trained = load_file(str(trainer.save_model(tmp_path / "saved") / "model.safetensors"))

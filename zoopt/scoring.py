@@ -19,10 +19,10 @@ batch as strings.  zoopt does the same for the prompts as the engine feeds them 
 :func:`zoopt.objective.score` scores those 0.0 and counts them.  But a reward that fails
 silently on everything trains on zeros, so a :class:`Scorer`
 
-* shows the first failure of each objective once, with its message (a :class:`RewardWarning`;
+* shows the first failure of each reward function once, with its message (a :class:`RewardWarning`;
   the ``zoopt`` command prints it as one ``zoopt: warning: ...`` line), and
-* stops at the end of a step (or an evaluation) in which **every** completion's reward failed or
-  timed out, with :class:`RewardError` carrying that message — unless ``reward_errors`` is
+* stops at the end of a step (or an evaluation) in which **every** completion's reward (of one
+  reward function, when the objective sums several: :func:`reward_terms`) failed or timed out, with :class:`RewardError` carrying that message — unless ``reward_errors`` is
   ``"zero"``, which scores such steps 0.0 and carries on (``reward_errors: raise | zero`` in
   the run config; default ``raise``).
 """
