@@ -149,5 +149,7 @@ def test_bad_arguments_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="reward_weights has 1 weights for 2 reward functions"):
         ESTrainer("tiny", [think_format_reward, digit_share], ESConfig(reward_weights=[1.0]),
                   train_dataset=conversations(0, 2))
+    with pytest.raises(ValueError, match="processing_class goes with a model object"):
+        ESTrainer("tiny", think_format_reward, train_dataset=conversations(0, 2), processing_class=object())
     with pytest.raises(TypeError, match="args must be a zoopt.trl.ESConfig"):
         ESTrainer("tiny", think_format_reward, GRPOConfig, train_dataset=conversations(0, 2))

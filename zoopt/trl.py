@@ -50,7 +50,8 @@ class ESTrainer:
         args: :class:`~zoopt.hparams.ESConfig` (default: ``ESConfig()``).
         train_dataset: a ``datasets.Dataset`` with a ``prompt`` column.
         eval_dataset: held-out rows, evaluated (greedy) before and after training; None: none.
-        processing_class: the tokenizer of a ``PreTrainedModel`` (default: its config's).
+        processing_class: the tokenizer of a ``PreTrainedModel`` (default: its config's); a model
+            id or path loads its own, and giving one with it is an error.
         callbacks: :class:`zoopt.callbacks.Callback` s (``EarlyStopping``, your own).
     """
 
@@ -72,6 +73,8 @@ class ESTrainer:
     def _engine(self, model, processing_class):
         cfg = self.cfg
         if isinstance(model, str):
+            if processing_class is not None:
+                raise ValueError("processing_class goes with a model object; a model id or path loads its own tokenizer")
             return build_engine(cfg, self.objective)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a model id or path, or a PreTrainedModel, got {type(model).__name__}")
