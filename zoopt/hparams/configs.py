@@ -250,12 +250,10 @@ class GRPOConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
-        check_report_to(self.report_to)
-
-    def check(self) -> None:
         if self.engine == "ray":
             raise ConfigError("config key 'engine': GRPO runs on hf or vllm; ray replicas serve ES only "
                               "(GRPO's gradient step needs the weights in this process)")
+        check_report_to(self.report_to)
 
     def trainer_kwargs(self) -> dict:
         """The keyword arguments of :class:`zoopt.grpo.GRPO` (validated values)."""
