@@ -200,6 +200,10 @@ BAD = [  # (base, override, the whole message, or a part of it)
     ("grpo", "gradient_checkpointing=1", "config key 'gradient_checkpointing' must be true or false, got 1"),
     ("grpo", "sigma=0.01", "unknown config key 'sigma'"),
     ("grpo", "los_type=grpo", "unknown config key 'los_type'; did you mean 'loss_type'?"),
+    ("train", "report_to=mlflow", "config key 'report_to' must be one of none, tensorboard, wandb, trackio, or a list "
+                                  "of them, got 'mlflow'"),
+    ("train", "report_to=[none, wandb]", "config key 'report_to': none cannot be combined with a tracker"),
+    ("grpo", "report_to=[none, wandb]", "config key 'report_to': none cannot be combined with a tracker"),
 ]
 
 
