@@ -3,6 +3,7 @@
 * :func:`plot_pass_at_k` — pass@k against k (log₂ axis), one curve per model;
 * :func:`plot_entropy` — mean token entropy against training step;
 * :func:`plot_reward_curves` — training reward against sampled completions used, one curve per method;
+* :func:`plot_points` — one labelled point per model (``zoopt study``'s Pass@1 vs Pass@K);
 * :func:`plot_magnitude_histogram` — histogram of log10|Δθ| with the threshold τ marked;
 * :func:`plot_training_log` — reward mean/max and held-out accuracy from a JSONL metrics log;
 * :func:`plot_run` — the same for a run directory, to its ``training.png``.
@@ -56,6 +57,18 @@ def plot_entropy(curves: Mapping[str, Sequence[tuple[float, float]]], path: str 
 def plot_reward_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path) -> Path:
     """``curves[label] = [(completions used, mean training reward), ...]``."""
     return _plot_curves(curves, path, "sampled completions used", "training reward (mean)", width=5.5)
+
+
+def plot_points(points: Mapping[str, tuple[float, float]], path: str | Path, xlabel: str, ylabel: str) -> Path:
+    """``points[label] = (x, y)``: one marker per label, annotated with it."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for label, (x, y) in points.items():
+        ax.scatter([x], [y])
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
 
 
 def _plot_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path, xlabel: str,

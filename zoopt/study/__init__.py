@@ -1,0 +1,14 @@
+"""``zoopt study``: the paper's findings as one resumable study (docs/study.md).
+
+* :mod:`~zoopt.study.spec` — the study YAML (shipped: ``paper-toy``, ``paper-easy``,
+  ``paper-hard`` in ``zoopt/configs/studies/``), profiles and ``--set`` overrides;
+* :mod:`~zoopt.study.verdict` — the paired bootstrap over problems and the three verdicts;
+* :mod:`~zoopt.study.validation` — the validation split carved from train (tuning never sees
+  the held-out problems);
+* :mod:`~zoopt.study.claims` — C1–C8 computed from the runs' per-problem evaluations;
+* :mod:`~zoopt.study.report` — ``report.md``, ``report.json`` and the plots.
+
+The runs themselves are driven by :mod:`zoopt.workflows.study`, which reuses ``compare``'s
+methods, the sweeps, ``analyze`` and :mod:`zoopt.workflows.coverage`.  This package imports
+none of its modules: import the one you need.
+"""

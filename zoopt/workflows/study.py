@@ -1,0 +1,262 @@
+"""``zoopt study SPEC``: tuning, the runs of C1–C7, the analyses of C3 and C8, and the report.
+
+Stages, each resumable (re-run the same command: what is finished is read back, not redone):
+
+1. **tuning** (:mod:`zoopt.workflows.tuning`): a grid sweep per method on the validation split
+   carved from train; the chosen σ, α (ES) and lr (GRPO) apply to every run below;
+2. **runs**: every method the claims need (``base``, ``es``, ``grpo``; ``es_raw`` and
+   ``es_centered_rank`` for C4; ``es_two_point`` for C5; ``es_n{N}`` for C6; ``es_grpo`` and
+   ``grpo_es`` for C7) is a ``zoopt compare`` method (:func:`zoopt.workflows.compare.plan_methods`
+   and :func:`~zoopt.workflows.compare.run_method`) at the same ``budget`` of sampled
+   completions, evaluated on the same held-out problems (``runs/<name>/eval.json``, per
+   problem).  ``runs/<name>/result.json`` marks a finished run, which is skipped.  A killed run
+   resumes: its ES phases replay their seed logs (``--resume``'s replay: the same checksum as a
+   run never interrupted); its GRPO phases, which have no seed log, start again from their start
+   weights (deterministic on the same machine);
+3. **analyses**: C3 (:func:`zoopt.workflows.analyze.analyze` of base → ES, thresholded
+   checkpoints at ``c3.sparsity`` evaluated like the runs) and C8
+   (:func:`zoopt.workflows.coverage.population_coverage` around the ES model);
+4. **report**: :mod:`zoopt.study.report` writes ``report.md``, ``report.json`` and the plots.
+
+Layout of the study directory: ``spec.yaml``, ``tuning/``, ``runs/<name>/``, ``analysis/``,
+``report.md``, ``report.json``, ``*.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..config import ConfigError, default_config
+from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
+from ..state import load_params
+from ..study import claims as C
+from ..study.report import write_report
+from .analyze import analyze, evaluate_model, jsonable, tau_dirname
+from .compare import eval_config, plan_methods, run_method, shared_config
+from .coverage import population_coverage
+from .run import build_objective
+from .tuning import base_validation, grid_size, tune, untuned
+
+COMPARE_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
+                "batch_size", "reward_timeout_s", "reward_errors", "budget", "eval")
+
+
+def study_dir_for(spec: dict, out: str | Path | None) -> Path:
+    """``out``, else ``runs/study-<name>`` (``-<profile>`` unless the default): re-running resumes."""
+    if out:
+        return Path(out)
+    suffix = "" if spec["profile"] == "default" else f"-{spec['profile']}"
+    return Path("runs") / f"study-{spec['name']}{suffix}"
+
+
+def methods_for(spec: dict) -> dict[str, list]:
+    """The schedules (``compare`` methods) the spec's claims need."""
+    claims, es, grpo = set(spec["claims"]), {"method": "es", "budget_fraction": 1.0}, {"method": "grpo", "budget_fraction": 1.0}
+    m = {"base": [], "es": [es]}
+    if claims & {"C1", "C2", "C3", "C7"}:
+        m["grpo"] = [grpo]
+    if "C4" in claims:
+        m["es_raw"] = [{**es, "overrides": {"shaping": "raw"}}]
+        m["es_centered_rank"] = [{**es, "overrides": {"shaping": "centered_rank"}}]
+    if "C5" in claims:
+        m["es_two_point"] = [{**es, "overrides": {"estimator": "two_point"}}]
+    if "C6" in claims:
+        for n in spec["c6"]["population_sizes"]:
+            m[f"es_n{int(n)}"] = [{**es, "overrides": {"population_size": int(n)}}]
+    if "C7" in claims:
+        m["es_grpo"] = [{**es, "budget_fraction": 0.5}, {**grpo, "budget_fraction": 0.5}]
+        m["grpo_es"] = [{**grpo, "budget_fraction": 0.5}, {**es, "budget_fraction": 0.5}]
+    return m
+
+
+def compare_config(spec: dict, tuned: dict, root: Path) -> dict:
+    """A ``compare.yaml`` config of every run: the shared keys, the tuned ES/GRPO settings."""
+    cfg = default_config("compare")
+    cfg.update({k: spec[k] for k in COMPARE_KEYS})
+    cfg.update(es={**spec["es"], **tuned["es"]["chosen"]}, grpo={**spec["grpo"], **tuned["grpo"]["chosen"]},
+               methods=methods_for(spec), isolate=False, keep_models=True, run_dir=str(root))
+    return cfg
+
+
+def _check_resume(study_dir: Path, spec: dict) -> None:
+    path = study_dir / "spec.yaml"
+    if not path.exists():
+        study_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return
+    saved = yaml.safe_load(path.read_text())
+    for key in sorted(set(saved) | set(spec)):
+        if key != "profiles" and saved.get(key) != spec.get(key):
+            raise ConfigError(f"study directory {str(study_dir)!r} holds a study whose {key!r} is "
+                              f"{saved.get(key)!r}, not {spec.get(key)!r}; use another --out")
+
+
+def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, log=print) -> dict:
+    """Run (or resume) the study ``spec`` (:func:`zoopt.study.spec.load_study_spec`); its report."""
+    study_dir = study_dir_for(spec, out)
+    _check_resume(study_dir, spec)
+    objective = build_objective(spec)
+    methods = methods_for(spec)
+    tuning_on = bool(spec["tuning"]["enabled"])
+    units = (1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0) + len(methods) + 2
+    columns = (TextColumn("[bold]study {task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, disable=quiet) as bar:
+        task = bar.add_task("tuning", total=units, name=spec["name"])
+        tuned = _tuning(spec, study_dir / "tuning", bar, task, tuning_on)
+        cfg = compare_config(spec, tuned, study_dir / "runs")
+        planned = plan_methods(cfg, len(objective.dataset("train")))
+        evals, results = {}, {}
+        for name, phases in planned.items():
+            bar.update(task, description=f"run {name}")
+            results[name] = _run(name, phases, cfg, study_dir / "runs" / name, objective)
+            evals[name] = json.loads((study_dir / "runs" / name / "eval.json").read_text())
+            bar.advance(task)
+        bar.update(task, description="analysis C3")
+        c3 = _c3(spec, cfg, results, study_dir / "analysis" / "c3") if "C3" in spec["claims"] else None
+        bar.advance(task)
+        bar.update(task, description="analysis C8")
+        c8 = _c8(spec, cfg, results, study_dir / "analysis") if "C8" in spec["claims"] else None
+        bar.advance(task)
+    outcome = _claims(spec, tuned, evals, results, c3, c8, study_dir)
+    report = write_report(study_dir, spec, tuned, results, outcome)
+    log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
+    return report
+
+
+def _tuning(spec, out: Path, bar, task, enabled: bool) -> dict:
+    if not enabled:
+        return {m: untuned(spec, m) for m in ("es", "grpo")}
+    bar.update(task, description="tuning: base on validation")
+    base = base_validation(spec, out).get(spec["tuning"]["metric"])
+    bar.advance(task)
+    tuned = {}
+    for method in ("es", "grpo"):
+        bar.update(task, description=f"tuning {method}")
+        tuned[method] = tune(spec, method, out, base)
+        bar.advance(task, grid_size(spec["tuning"][method]))
+    return tuned
+
+
+def _run(name: str, phases, cfg: dict, run_dir: Path, objective) -> dict:
+    done = run_dir / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    for i, phase in enumerate(phases):  # GRPO keeps no seed log: an unfinished GRPO phase starts again
+        phase_dir = run_dir / f"phase{i}-{phase.method}"
+        if phase.method == "grpo" and phase_dir.exists():
+            shutil.rmtree(phase_dir)
+    spec = {"name": name, "dir": str(run_dir), "shared": shared_config(cfg), "eval": eval_config(cfg),
+            "phases": [p.to_dict() for p in phases]}
+    result = run_method(spec, objective=objective)
+    done.write_text(json.dumps(jsonable(result), indent=2))
+    return result
+
+
+def _eval_cfg(cfg: dict, model: str) -> dict:
+    return {**shared_config(cfg), **eval_config(cfg), "model": model}
+
+
+def sparsity_taus(base, trained, levels) -> list[float]:
+    """τ whose ``|Δ| ≤ τ`` share of the moved weights is about each level (from a 400-bin
+    histogram of log10|Δ|: the upper edge of the bin where the cumulative share reaches it)."""
+    counts, edges = magnitude_histogram(base, trained, bins=400)
+    total = counts.sum()
+    if not total:
+        return []
+    cum = np.cumsum(counts) / total
+    return [float(10 ** edges[min(int(np.searchsorted(cum, float(s))) + 1, len(edges) - 1)]) for s in levels]
+
+
+def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
+    path = out / "c3.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    base = load_params(cfg["model"])
+    es, grpo = load_params(results["es"]["model_dir"]), load_params(results["grpo"]["model_dir"])
+    drift = {"es": relative_drift(base.params, es.params), "grpo": relative_drift(base.params, grpo.params)}
+    alpha = float(cfg["es"].get("lr", default_config("train")["lr"]))
+    paper_tau = float(spec["c3"]["paper_tau"])
+    scaled = paper_tau * alpha / float(spec["c3"]["paper_lr"])
+    shares = {f"{m} τ={t:g} ({label})": magnitude_shares(base.params, p.params, t)
+              for m, p in (("es", es), ("grpo", grpo)) for label, t in (("paper", paper_tau), ("scaled to α", scaled))}
+    taus = sparsity_taus(base.params, es.params, spec["c3"]["sparsity"])
+    del base, es, grpo
+    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus))
+    thresholds = []
+    for rec in report["thresholds"]:
+        ev = evaluate_model(_eval_cfg(cfg, rec["dir"]))
+        ev.to_json(out / f"{tau_dirname(rec['tau'])}.eval.json")
+        thresholds.append({"tau": rec["tau"], "share_reverted": rec["share_reverted"],
+                           "eval": {"summary": ev.summary, "per_problem": ev.per_problem}})
+        shutil.rmtree(rec["dir"], ignore_errors=True)  # ~ a model's size each; rebuilt by zoopt analyze --threshold
+    record = {"drift": drift, "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
+              "thresholds": thresholds, "histogram": report["plots"]["magnitude_histogram"]}
+    path.write_text(json.dumps(jsonable(record), indent=2, default=str))
+    return record
+
+
+def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
+    path = out / "c8.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    es_cfg = {**default_config("train"), **_eval_cfg(cfg, results["es"]["model_dir"])}
+    es_cfg.update({k: cfg["es"][k] for k in ("sigma", "noise") if k in cfg["es"]}, noise_cache_gb=0)
+    record = population_coverage(es_cfg, int(spec["c8"]["members"]), spec["c8"]["ks"])
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2))
+    return record
+
+
+def _curves(results: dict, key: str) -> dict:
+    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ES and GRPO."""
+    from ..rundir import RunDir
+
+    out = {}
+    for name in ("es", "grpo"):
+        if name not in results:
+            continue
+        points, used = [], 0
+        for p in results[name]["phases"]:
+            for rec in RunDir(p["dir"]).read_metrics():
+                if "reward_mean" not in rec:
+                    continue
+                used += p["completions_per_step"]
+                if rec.get(key) is not None:
+                    points.append((used, rec[key]))
+        out[name] = points
+    return out
+
+
+def _claims(spec, tuned, evals, results, c3, c8, study_dir) -> dict:
+    moved = {m: tuned[m]["moved"] for m in ("es", "grpo")}
+    ks, seed, claims = [int(k) for k in spec["eval"]["ks"]], int(spec["bootstrap_seed"]), {}
+    for cid in spec["claims"]:
+        if cid == "C1":
+            claims[cid] = C.c1(evals, ks, moved, seed)
+        elif cid == "C2":
+            claims[cid] = C.c2(evals, _curves(results, "entropy"), moved, seed)
+        elif cid == "C3":
+            claims[cid] = C.c3(c3["drift"], c3["shares"], c3["thresholds"], evals, float(spec["c3"]["margin"]),
+                               moved, seed)
+            claims[cid]["numbers"].update(tau_paper=c3["tau_paper"], tau_scaled=c3["tau_scaled"], alpha=c3["alpha"])
+            claims[cid]["plots"] = [c3["histogram"]]
+        elif cid == "C4":
+            claims[cid] = C.c4(evals, moved, seed)
+            claims[cid]["numbers"]["final_training_reward"] = {
+                r: results[r]["phases"][-1]["reward_last"] for r in ("es", "es_raw", "es_centered_rank")}
+        elif cid == "C5":
+            claims[cid] = C.c5(evals, moved, seed)
+        elif cid == "C6":
+            claims[cid] = C.c6(evals, [int(n) for n in spec["c6"]["population_sizes"]], moved, seed)
+        elif cid == "C7":
+            claims[cid] = C.c7(evals, ks, moved, seed)
+        else:
+            claims[cid] = C.c8(c8, moved)
+    return claims
