@@ -38,7 +38,7 @@ from ..config import ConfigError, absolute_paths, config_items, default_config, 
 from ..metrics import relative_drift
 from ..models import load_model
 from ..plots import plot_pass_at_k, plot_reward_curves
-from .run import build_engine, build_objective, evaluate_run, run_dir_for
+from .run import build_engine, build_objective, evaluate_config, run_dir_for
 from ..rundir import RunDir
 from ..trackers import open_trackers, scalars, tracker_names
 from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
@@ -123,7 +123,9 @@ def run_method(spec: dict, objective=None) -> dict:
     try:
         phases = run_schedule(planned, engine, objective, method_dir)
         t_trained = time.perf_counter()
-        summary = evaluate_run(engine, objective, spec["eval"])
+        evaluation = evaluate_config(engine, objective, spec["eval"])
+        evaluation.to_json(method_dir / "eval.json")  # per problem: what paired comparisons (zoopt study) read
+        summary = evaluation.summary
         t_evaluated = time.perf_counter()
         model_dir = engine.export_pretrained(method_dir / "model")
         checksum = engine.checksum()

@@ -146,16 +146,15 @@ def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | 
 
 
 def _run_phase(i: int, phase: PlannedPhase, phase_dir: Path, engine, objective, log) -> list[float]:
-    """The steps of one phase (its trainer, and GRPO's AdamW state, are freed on return)."""
+    """The steps of one phase (its trainer, and GRPO's AdamW state, are freed on return).  An ES phase
+    whose directory holds a seed log replays it and runs only the missing steps (``zoopt study``'s resume)."""
     cfg = dict(phase.cfg, run_dir=str(phase_dir), export=False)
     cfg["eval"] = dict(cfg["eval"], n_problems=0)
     if phase.method == "es" and i > 0:
         cfg["model"] = str(engine.export_pretrained(phase_dir / "start_model"))
     trainer = start_run(phase.method, cfg, phase_dir, engine=engine, objective=objective)
-    rewards = []
-    for _ in range(phase.steps):
+    while trainer.steps_done < phase.steps:  # an ES phase with a seed log resumes where it stopped
         record = trainer.step()
-        rewards.append(record["reward_mean"])
         if log:
             log(f"{phase_dir.name} step {record['step']}: reward {record['reward_mean']:.4f}")
-    return rewards
+    return [r["reward_mean"] for r in trainer.run_dir.read_metrics() if "reward_mean" in r]
