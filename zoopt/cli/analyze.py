@@ -4,6 +4,7 @@ model (:mod:`zoopt.workflows.analyze`), and ``--run``'s training curves."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -12,9 +13,10 @@ from ..metrics import TAU
 from ..plots import plot_run
 from ..state import is_run_dir, model_label, run_config
 from ..workflows.analyze import analyze, tables
+from ..workflows.coverage import coverage_lines, population_coverage
 from .common import EVAL_FLAGS, add_eval_flags, eval_config, stamp
 
-HELP = "weight drift, update sparsity and thresholded checkpoints"
+HELP = "weight drift, update sparsity and thresholded checkpoints; --population-coverage (C8)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-objective", metavar="O", help="evaluate base, trained and each threshold on O")
     p.add_argument("--n", type=int, default=None, help="samples per problem for pass@1 (default 0: greedy only)")
     add_eval_flags(p)
+    p.add_argument("--population-coverage", action="store_true",
+                   help="C8: Pass@K from K different members θ+σεᵢ vs K samples of θ (σ, noise: the run's config or --set)")
+    p.add_argument("--members", type=int, default=32, help="population members (and samples of θ) for --population-coverage")
+    p.add_argument("--coverage-ks", default="1,4,16,32", metavar="K1,K2", help="the K of --population-coverage")
     p.add_argument("--out", help="output directory (default runs/analyze-<trained>-<time>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -66,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--bins must be ≥ 1, got {args.bins}")
         taus = parse_taus(args.threshold)
         eval_cfg = None
+        if args.population_coverage:
+            return _coverage(console, trained, args)
         if args.eval_objective:
             n = 0 if args.n is None else args.n
             if n < 0:
@@ -83,4 +91,18 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"wrote {out / 'analysis.json'} and {report['plots']['magnitude_histogram']}")
     if args.run:
         console.print(f"wrote {plot_run(args.run)}")
+    return 0
+
+
+def _coverage(console: Console, trained: str, args: argparse.Namespace) -> int:
+    """``--population-coverage``: :func:`zoopt.workflows.coverage.population_coverage` around TRAINED."""
+    ks = tuple(int(k) for k in str(args.coverage_ks).split(",") if k.strip())
+    cfg = eval_config(trained, args.eval_objective, args, args.members, (1,))
+    record = population_coverage(cfg, args.members, ks)
+    out = Path(args.out) if args.out else Path("runs") / f"coverage-{model_label(trained)}-{stamp()}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage.json").write_text(json.dumps(record, indent=2))
+    for line in coverage_lines(record):
+        console.print(line)
+    console.print(f"wrote {out / 'coverage.json'}")
     return 0

@@ -94,3 +94,17 @@ def coverage_from_counts(member_correct: np.ndarray, center_correct, ks, sigma: 
             "member_success": {"mean": float(rates.mean()), "std": float(rates.std()), "min": float(rates.min()),
                                "max": float(rates.max()), "rates": rates.tolist()},
             "by_k": by_k, "per_problem": {"population_correct": c_pop.tolist(), "center_correct": c_center.tolist()}}
+
+
+def coverage_lines(record: dict) -> list[str]:
+    """Readable lines of a coverage record: per K both Pass@K and the difference with its CI."""
+    s = record["member_success"]
+    lines = [f"population coverage: {record['members']} members at σ = {record['sigma']:g}, "
+             f"{record['n_problems']} problems; mean success population {record['mean_success_population']:.4f}, "
+             f"center {record['mean_success_center']:.4f}; members' success rates mean {s['mean']:.4f} "
+             f"std {s['std']:.4f} [{s['min']:.4f}, {s['max']:.4f}]"]
+    for k, r in record["by_k"].items():
+        lo, hi = r["difference_ci"]
+        lines.append(f"  K = {k}: population {r['population']:.4f}  center {r['center']:.4f}  "
+                     f"difference {r['difference']:+.4f}  95 % CI [{lo:+.4f}, {hi:+.4f}]")
+    return lines
