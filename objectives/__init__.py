@@ -1,6 +1,9 @@
 """Objectives: verifier rewards plus their data, registered by name.
 
-Built-ins (lazy, imported on first ``get``): ``arithmetic``, ``countdown``, ``gsm8k``.
+Built-ins (lazy, imported on first ``get``): ``arithmetic``, ``countdown``, ``gsm8k``,
+``humaneval``, ``mbpp``, the math benchmarks ``math500``, ``aime24``, ``aime25``, ``amc23``,
+``minerva``, ``olympiadbench``, ``deepscaler``, ``champ``, and ``gpqa_diamond``
+(docs/objectives.md).
 Third-party packages add names through the ``zoopt.objectives`` entry-point group, or with::
 
     @objectives.register("my_task")
@@ -32,6 +35,11 @@ OBJECTIVES.register("countdown", "objectives.countdown:Countdown")
 OBJECTIVES.register("gsm8k", "objectives.gsm8k:GSM8K")
 OBJECTIVES.register("humaneval", "objectives.humaneval:HumanEval")
 OBJECTIVES.register("mbpp", "objectives.mbpp:MBPP")
+for _name, _cls in (("math500", "Math500"), ("aime24", "AIME24"), ("aime25", "AIME25"), ("amc23", "AMC23"),
+                    ("minerva", "Minerva"), ("olympiadbench", "OlympiadBench"),
+                    ("deepscaler", "DeepScaleR"), ("champ", "Champ")):
+    OBJECTIVES.register(_name, f"objectives.math_benchmarks:{_cls}")
+OBJECTIVES.register("gpqa_diamond", "objectives.gpqa:GPQADiamond")
 
 __all__ = ["register", "get", "names", "load", "FunctionObjective", "Objective"]
 

@@ -23,12 +23,10 @@ from __future__ import annotations
 import ast
 import os
 import secrets
-import signal
-import threading
 import warnings
 from typing import Any
 
-from zoopt.objective import Objective, ZooptWarning, completion_text
+from zoopt.objective import Objective, ZooptWarning, completion_text, guard_time_left
 
 from .sandbox import NETWORK_MODES, SandboxResult, isolation, run_programs
 
@@ -176,14 +174,8 @@ class ProgramTestObjective(Objective):
         return 1.0 if result.ok and done and n_tests and len(passed) == n_tests else 0.0
 
     def _deadline(self) -> float:
-        """``batch_timeout_s``, cut to end before an ``ITIMER_REAL`` armed in this (main)
-        thread — the reward guard's — would fire."""
-        deadline = self.batch_timeout_s
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "getitimer"):
-            left = signal.getitimer(signal.ITIMER_REAL)[0]
-            if left > 0:
-                deadline = min(deadline, max(left - 0.25, 0.05))
-        return deadline
+        """``batch_timeout_s``, cut to end before the reward guard's timer would fire."""
+        return guard_time_left(self.batch_timeout_s)
 
 
 def check_units(test_code: str, function: str = "check") -> tuple[str, int]:

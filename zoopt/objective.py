@@ -46,6 +46,11 @@ class SplitSizeWarning(ZooptWarning):
     """More problems were asked of a split than it has; all of them are used instead."""
 
 
+class DataUnavailable(ValueError):
+    """An objective's data cannot be had here (no hub, no cache, no offline source); the message
+    is one line saying what was tried.  A suite evaluation reports such a benchmark and goes on."""
+
+
 def check_split(split: str) -> str:
     """Return ``split`` if it is ``"train"`` or ``"test"``, else raise a one-line ValueError."""
     if split not in SPLITS:
@@ -66,6 +71,9 @@ class Objective:
     name: str = "objective"
     success_threshold: float = 1.0
     system_prompt: str | None = None
+    #: whether prompts and completions may be written to run directories and logs; False for data
+    #: whose authors ask that it not be published (GPQA): evaluations then keep no completion text
+    publish_text: bool = True
 
     def __call__(self, prompts: list, completions: list[str], **columns: list) -> list[float | None]:
         """Rewards for a batch: ``[reward(prompts[i], text(completions[i]), **row_i)]`` where
@@ -101,6 +109,12 @@ class Objective:
         """The canonical gold answer of a dataset row, comparable with :meth:`extract_answer`."""
         answer = row.get("answer")
         return None if answer is None else str(answer)
+
+    def take_timeouts(self) -> int:
+        """Completions this objective scored 0.0 since the last call because checking them ran
+        out of its own time limit (e.g. a math check killed at its deadline); the count is reset.
+        :func:`score` adds them to ``timed_out``.  Default: 0."""
+        return 0
 
     def is_correct(self, rewards: Sequence[float | None]) -> list[bool]:
         """``reward is not None and reward ≥ success_threshold`` for each reward."""
@@ -276,6 +290,17 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any
     return _call_in_thread(fn, timeout_s)
 
 
+def guard_time_left(limit_s: float, margin_s: float = 0.25) -> float:
+    """``limit_s``, cut to end ``margin_s`` before an ``ITIMER_REAL`` armed in this (main) thread
+    — the reward guard's, :func:`call_with_timeout` — would fire (at least 0.05 s), so that a
+    reward bounding its own work finishes before the guard gives up on the whole batch."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "getitimer"):
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        if left > 0:
+            return min(limit_s, max(left - margin_s, 0.05))
+    return limit_s
+
+
 def _as_reward(value: Any) -> tuple[float | None, bool]:
     """``(reward, ok)``: None stays None; finite numbers become float; anything else fails."""
     if value is None:
@@ -304,6 +329,8 @@ def score(objective: Callable[..., Sequence[float | None]], prompts: Sequence,
        ``timed_out``.  Worst case: ``(len(completions) + 1)·timeout_s`` seconds.
     3. ``None`` is kept (counted in ``skipped``); a non-finite or non-numeric value (a string
        included) becomes 0.0 and is counted in ``failed``.
+    4. An :class:`Objective` that scored completions 0.0 because its own checks ran out of time
+       (:meth:`Objective.take_timeouts`) has them added to ``timed_out``.
 
     Time limits are described in :func:`call_with_timeout`.  ``score`` itself draws no random
     numbers.  Arguments that are inconsistent (a column whose length differs from
@@ -322,6 +349,8 @@ def score(objective: Callable[..., Sequence[float | None]], prompts: Sequence,
             raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
     if n == 0:
         return ScoreResult([])
+    if isinstance(objective, Objective):
+        objective.take_timeouts()  # counts left over from calls made outside the guard
 
     errors: list[str] = []  # what went wrong, first first
 
@@ -364,6 +393,12 @@ def score(objective: Callable[..., Sequence[float | None]], prompts: Sequence,
             failed += 1
             errors.append(f"returned {_short(value)}, not a finite number")
         rewards.append(reward)
+    if isinstance(objective, Objective):
+        inner = objective.take_timeouts()
+        if inner:
+            timed_out += inner
+            errors.append(f"checking {inner} of {n} completions ran out of the objective's own "
+                          f"time limit (scored 0.0)")
     skipped = sum(r is None for r in rewards)
     return ScoreResult(rewards, failed=failed, timed_out=timed_out, skipped=skipped,
                        error=errors[0] if errors and (failed or timed_out) else None)
