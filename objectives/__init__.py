@@ -96,6 +96,7 @@ class FunctionObjective(Objective):
         self.data = data
         self.success_threshold = float(success_threshold)
         self.system_prompt = data.system_prompt
+        self.publish_text = data.publish_text
         self.name = name or getattr(fn, "__name__", "reward_function")
 
     def __call__(self, prompts: list, completions: list[str], **columns: list) -> list[float | None]:

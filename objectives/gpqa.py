@@ -79,14 +79,14 @@ class GPQADiamond(Objective):
             raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction!r}")
         self.data_files, self.template, self.system_prompt = data_files, template, system_prompt
         self.test_fraction = float(test_fraction)
-        self.source_used: str | None = None
+        self.data_source: str | None = None
         self._rows: list[dict] | None = None
 
     def rows(self) -> list[dict]:
         """Every question as ``{"prompt", "answer", "id"}`` (options permuted; see the module doc)."""
         if self._rows is None:
             raw, used = load_rows(self.name, self.source, lambda: load_hub(HUB, self.data_files), None)
-            self.source_used = "files" if self.data_files is not None else used
+            self.data_source = "files" if self.data_files is not None else used
             rows = []
             for i, row in enumerate(raw):
                 name = f"row {i}" + (f" (Record ID {row['Record ID']!r})" if "Record ID" in row else "")

@@ -14,7 +14,7 @@ Data (``source``, see :mod:`objectives.sources`):
   with a note saying so.
 
 Every gold solution must end in ``#### N`` with a number ``N``; one that does not is a one-line
-ValueError naming the row when the data loads.  ``source_used`` says where the rows came from.
+ValueError naming the row when the data loads.  ``data_source`` says where the rows came from.
 
 Reward: the gold ``answer`` may be a bare number (``"18"``, as this objective's dataset gives it)
 or a whole GSM8K solution ending in ``#### 18`` (as ``openai/gsm8k``'s ``answer`` column holds
@@ -121,7 +121,7 @@ class GSM8K(Objective):
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"template must use only {{question}}: {exc!r}") from None
         self.template, self.system_prompt, self.data_files = template, system_prompt, data_files
-        self.source_used: str | None = None
+        self.data_source: str | None = None
         self._splits: dict[str, list[tuple[str, str, str]]] | None = None
 
     def _load(self) -> dict[str, list[tuple[str, str, str]]]:
@@ -137,7 +137,7 @@ class GSM8K(Objective):
                 return out
 
             raw, used = load_rows("gsm8k", self.source, hub, offline)
-            self.source_used = "files" if self.data_files is not None and used == "hub" else used
+            self.data_source = "files" if self.data_files is not None and used == "hub" else used
             splits = {}
             for split, rows in raw.items():
                 checked = []
@@ -145,7 +145,7 @@ class GSM8K(Objective):
                     solution = str(row.get("answer") or "")
                     gold = extract_hash_answer(solution)
                     if gold is None:
-                        raise ValueError(f"gsm8k ({self.source_used}): {split} row {i}'s solution has no "
+                        raise ValueError(f"gsm8k ({self.data_source}): {split} row {i}'s solution has no "
                                          f"number after '####' (it ends {solution[-60:]!r})")
                     checked.append((str(row["question"]).strip(), solution.strip(), gold))
                 splits[split] = checked
@@ -162,7 +162,7 @@ class GSM8K(Objective):
         rows = self._load()[check_split(split)]
         if n is not None:
             if n > len(rows):
-                raise ValueError(f"gsm8k ({self.source_used}) has {len(rows)} {split!r} problems, {n} asked; "
+                raise ValueError(f"gsm8k ({self.data_source}) has {len(rows)} {split!r} problems, {n} asked; "
                                  f"ask for at most {len(rows)} (zoopt.objective.load_split clamps)")
             rows = rows[:n]
         return Dataset.from_dict({

@@ -10,7 +10,7 @@ Data.  The rows come from ``source`` (:mod:`objectives.sources`: ``auto``, ``hub
 answers, as OlympiadBench's ``final_answer``, joined with ``", "``; a float with an integer
 value, as in some AMC copies, written as that integer) and ``id``.  Every gold answer is
 checked when the data loads: an empty one, or one math-verify cannot parse, is a one-line
-ValueError naming the row — never a silent 0 later.  ``source_used`` says where the rows came
+ValueError naming the row — never a silent 0 later.  ``data_source`` says where the rows came
 from.  Splits: a problem is in ``test`` iff ``blake2b(name + ":" + question) < test_fraction``
 (:mod:`objectives.splits`); evaluation sets default to ``test_fraction = 1.0`` (all of it is
 ``test``; asking for ``train`` is an error that says so), the training set ``deepscaler`` to
@@ -105,7 +105,7 @@ class MathBenchmark(Objective):
         self.batch_timeout_s = float(batch_timeout_s)
         self.checker = MathChecker(timeout_s=check_timeout_s, workers=check_workers,
                                    memory_mb=check_memory_mb, max_answer_chars=max_answer_chars)
-        self.source_used: str | None = None
+        self.data_source: str | None = None
 
     # -- data --------------------------------------------------------------------------------
     def rows(self) -> list[dict]:
@@ -115,7 +115,7 @@ class MathBenchmark(Objective):
         with _cache_lock:
             if key not in _cache:
                 _cache[key] = self._load()
-            rows, self.source_used = _cache[key]
+            rows, self.data_source = _cache[key]
         return rows
 
     def _load(self) -> tuple[list[dict], str]:

@@ -8,10 +8,15 @@ entropies).  From those it reports
 * pass@k — the unbiased estimator of Chen et al. (2021) from ``(n_samples, #correct)``;
 * maj@k — majority vote over ``objective.extract_answer`` of the samples against the gold answer
   (``objective.gold_answer(row)`` when the objective has it, else ``str(row["answer"])``), ties
-  scored by their expected value (see :mod:`zoopt.metrics.majority`);
+  scored by their expected value (see :mod:`zoopt.metrics.majority`); a sample the reward judged
+  correct votes for the gold answer, so equivalent forms the verifier accepts (``\\frac{1}{2}``
+  and ``0.5``) are one vote, and maj@k never calls a vote wrong that the reward calls right;
 * mean reward over the sampled completions whose reward is not ``None``;
 * mean token entropy over all sampled tokens (token-weighted);
 * 95 % percentile-bootstrap CIs over problems for greedy accuracy and pass@k.
+
+Per-problem records hold the greedy completion's text unless the objective says its text must not
+be published (``objective.publish_text`` False, e.g. GPQA, whose completions may quote the question).
 
 Rewards go through a :class:`zoopt.scoring.Scorer`: in the shape TRL would pass for the
 engine's prompts, under :func:`zoopt.objective.score`'s per-call time limit (a reward that raises
@@ -36,7 +41,7 @@ from rich.table import Table
 
 from .engines.base import Completion, Sampling
 from .metrics import bootstrap_ci, maj_at_k, mean_token_entropy, pass_at_k
-from .objective import load_split
+from .objective import Objective, load_split
 from .scoring import Scorer
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
@@ -181,8 +186,11 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
             texts = [c[0].text for c in comps]
             rewards = rewards_of(prompts, texts, columns)
             correct = [bool(x) for x in objective.is_correct(rewards)]
+            publish = not isinstance(objective, Objective) or objective.publish_text
             for rec, text, r, ok in zip(per_problem, texts, rewards, correct):
-                rec.update(greedy_completion=text, greedy_reward=r, greedy_correct=ok)
+                if publish:
+                    rec["greedy_completion"] = text
+                rec.update(greedy_reward=r, greedy_correct=ok)
             summary["greedy_accuracy"] = sum(correct) / len(correct)
             summary["greedy_accuracy_ci"] = _ci([float(c) for c in correct], seed)
 
@@ -203,6 +211,8 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
                 c = sum(correct[sl])
                 gold = objective.gold_answer(row)
                 answers = _answers(objective, texts[sl])
+                if answers is not None and gold is not None:
+                    answers = [gold if ok else a for a, ok in zip(answers, correct[sl])]
                 valid = [r for r in rewards[sl] if r is not None]
                 rec.update(gold=gold, n_samples=n_samples, n_correct=c,
                            mean_reward=sum(valid) / len(valid) if valid else None,

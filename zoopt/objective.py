@@ -74,6 +74,9 @@ class Objective:
     #: whether prompts and completions may be written to run directories and logs; False for data
     #: whose authors ask that it not be published (GPQA): evaluations then keep no completion text
     publish_text: bool = True
+    #: where the loaded data came from, for reports: "hub", "offline" or "files" (local files in
+    #: the hub's format); None for generated data or before the data loads
+    data_source: str | None = None
 
     def __call__(self, prompts: list, completions: list[str], **columns: list) -> list[float | None]:
         """Rewards for a batch: ``[reward(prompts[i], text(completions[i]), **row_i)]`` where
