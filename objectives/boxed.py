@@ -12,6 +12,8 @@ String work only, linear in the input and bounded: nothing here parses mathemati
   NUL bytes, ``$``, spacing commands (``\,`` ``\;`` ``\!`` ``\ ``), ``\left``/``\right`` and
   whitespace removed, ``\dfrac``/``\tfrac`` → ``\frac``, a trailing ``.`` dropped, and a plain
   decimal number canonicalised as in :mod:`objectives.answers` (``007`` → ``7``, ``2.50`` → ``2.5``).
+* :func:`too_deep` — whether brackets (``( [ {``) nest deeper than ``MAX_DEPTH`` (6): no final
+  answer does, and math-verify's parser takes tens of seconds on 30 nested parentheses.
 * :func:`plain_number` — whether a normalised answer is a plain decimal number (``-?\d+(\.\d+)?``);
   two plain numbers are equal iff their normalised strings are.
 """
@@ -23,6 +25,7 @@ import re
 from .answers import canonical_number
 
 MAX_ANSWER_CHARS = 1000
+MAX_DEPTH = 6
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _DROP = re.compile(r"\\left\b|\\right\b|\\[,;:! ]|\$|\x00")
 _FRACS = re.compile(r"\\[dt]frac\b")
@@ -70,3 +73,16 @@ def normalize(answer: str) -> str:
 def plain_number(normalized: str) -> bool:
     """Whether ``normalized`` (from :func:`normalize`) is a plain decimal number."""
     return _NUMBER.fullmatch(normalized) is not None
+
+
+def too_deep(answer: str, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether ``( [ {`` nest deeper than ``max_depth`` in ``answer`` (unbalanced closers ignored)."""
+    depth = 0
+    for ch in answer:
+        if ch in "([{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif ch in ")]}" and depth:
+            depth -= 1
+    return False

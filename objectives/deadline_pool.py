@@ -130,6 +130,23 @@ class DeadlinePool:
         with self._lock:
             _close_workers(self._workers)
 
+    def warm(self, timeout_s: float = START_TIMEOUT_S) -> bool:
+        """Start the missing workers and wait until every worker is ready (at most ``timeout_s``);
+        whether they all are."""
+        with self._lock:
+            while len(self._workers) < self.n_workers:
+                self._workers.append(self._spawn())
+            end = time.monotonic() + timeout_s
+            while not all(w.ready for w in self._workers) and time.monotonic() < end:
+                waiting = [w for w in self._workers if not w.ready]
+                for inbox in wait([w.inbox for w in waiting], timeout=max(0.0, end - time.monotonic())):
+                    worker = next(w for w in waiting if w.inbox is inbox)
+                    try:
+                        worker.ready = worker.inbox.recv() == ("ready",)
+                    except (EOFError, OSError):
+                        self._replace(self._workers.index(worker))
+            return all(w.ready for w in self._workers)
+
     def map(self, calls: Sequence[tuple], timeout_s: float, deadline_s: float | None = None) -> list[Outcome]:
         """Run ``function(*args)`` for each ``args`` in ``calls``; see the module doc.
 

@@ -24,7 +24,8 @@ memory on an answer (``5^{5^{5^5}}``, ``100000000!``), and only killing the work
    * an equation whose left side has no variable must hold: ``1+1=5`` is not the answer ``5``
      (math-verify reduces an equation to its right-hand side); ``x = 5`` and ``2+3=5`` are.
 
-:func:`gold_parses` ``(gold)``: whether the gold parses at all (checked when a dataset loads).
+:func:`gold_parses` ``(gold)``: whether the gold parses to a mathematical object (checked when a
+dataset loads).
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def parse_gold(gold: str) -> list:
 
 
 def gold_parses(gold: str) -> bool:
-    """Whether ``gold`` parses to something math-verify can compare."""
-    return bool(parse_gold(gold))
+    """Whether ``gold`` parses to a mathematical object (math-verify falls back to the bare
+    string when its parsers fail: ``\\frac{`` stays ``'\\frac{'``; that does not count)."""
+    parsed = parse_gold(gold)
+    return bool(parsed) and isinstance(parsed[0], sympy.Basic)
 
 
 def equivalent(gold: str, prediction: str) -> bool:

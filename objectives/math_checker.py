@@ -3,7 +3,8 @@ r"""Checking final answers against gold answers under a hard time limit per chec
 :class:`MathChecker` scores a batch of completions against their gold answers:
 
 1. the answer is the content of the completion's last ``\boxed{}`` (:func:`objectives.boxed.last_boxed`,
-   at most ``max_answer_chars`` characters); without a box, the completion's last
+   at most ``max_answer_chars`` characters, brackets nested at most 6 deep:
+   :func:`objectives.boxed.too_deep`; a longer or deeper answer scores 0.0); without a box, the completion's last
    ``max_answer_chars`` characters go to math-verify, which (with TRL's settings) still finds an
    answer only in LaTeX anchored by a phrase such as "the final answer is $…$";
 2. **fast path**, in this process: when the normalised answer equals the normalised gold
@@ -27,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from .boxed import MAX_ANSWER_CHARS, last_boxed, normalize, plain_number
+from .boxed import MAX_ANSWER_CHARS, last_boxed, normalize, plain_number, too_deep
 from .deadline_pool import DeadlinePool
 
 CHECK_FILE = Path(__file__).with_name("math_check.py")
@@ -80,13 +81,15 @@ class MathChecker:
                 if mine == theirs:
                     scores[i] = 1.0
                     continue
-                if (plain_number(mine) and plain_number(theirs)) or not mine:
+                if (plain_number(mine) and plain_number(theirs)) or not mine or too_deep(boxed):
                     continue
                 prediction = "\\boxed{" + boxed + "}"
             else:
                 if "$" not in completion and "\\(" not in completion and "\\[" not in completion:
                     continue  # nothing math-verify's anchored LaTeX extraction could find
                 prediction = completion[-self.max_answer_chars:]
+                if too_deep(prediction):
+                    continue
             pending.append(i)
             calls.append(("equivalent", gold, prediction))
         if calls:

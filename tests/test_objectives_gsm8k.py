@@ -1,11 +1,14 @@
-"""GSM8K objective: gold extraction, the embedded 100 problems and their split, reward table."""
+"""GSM8K objective: gold extraction, the offline 100 problems and their split, the hub format, reward table."""
 
 import time
 
 import pytest
 
 from objectives.answers import parse_number
-from objectives.gsm8k import GSM8K, embedded_problems, extract_hash_answer, safe_for_math_verify
+import datasets
+
+import objectives
+from objectives.gsm8k import GSM8K, extract_hash_answer, offline_problems, safe_for_math_verify
 
 MB = 1_000_000
 
@@ -19,10 +22,10 @@ def test_extract_hash_answer(text, expected):
     assert extract_hash_answer(text) == expected
 
 
-def test_embedded_source_has_100_numeric_problems_split_without_overlap():
-    objective = GSM8K()
+def test_offline_source_has_100_numeric_problems_split_without_overlap():
+    objective = GSM8K(source="offline")
     train, test = objective.dataset("train").to_list(), objective.dataset("test").to_list()
-    assert len(embedded_problems()) == 100 and len(train) + len(test) == 100
+    assert len(offline_problems()) == 100 and len(train) + len(test) == 100
     assert 30 <= len(test) <= 70
     questions_train = {r["solution"] for r in train}
     questions_test = {r["solution"] for r in test}
@@ -33,12 +36,12 @@ def test_embedded_source_has_100_numeric_problems_split_without_overlap():
         assert extract_hash_answer(row["solution"]) == row["answer"]
         assert row["prompt"].endswith("?") or row["prompt"].endswith(".")
     assert objective.dataset("train", 5).to_list() == train[:5]
-    # The first embedded problem (shark and remoras) has gold 10.
+    # The first offline problem (shark and remoras) has gold 10.
     assert any("remoras" in r["prompt"] and r["answer"] == "10" for r in train + test)
 
 
-def test_embedded_split_is_deterministic():
-    assert GSM8K().dataset("test").to_dict() == GSM8K().dataset("test").to_dict()
+def test_offline_split_is_deterministic():
+    assert GSM8K(source="offline").dataset("test").to_dict() == GSM8K(source="offline").dataset("test").to_dict()
 
 
 # (completion, gold, expected reward)
@@ -78,7 +81,7 @@ REWARD_TABLE = [
 
 @pytest.fixture(scope="module")
 def objective():
-    gsm = GSM8K()
+    gsm = GSM8K(source="offline")
     gsm(["p"], ["#### \\frac{20}{2}"], answer=["10"])  # warm up math_verify (import ≈ 1 s)
     return gsm
 
@@ -90,11 +93,11 @@ def test_reward_table(objective, completion, gold, expected):
     rewards = objective(["p"], [completion], answer=[gold])
     elapsed = time.perf_counter() - start
     assert rewards == [expected]
-    assert elapsed < 0.5, f"scoring took {elapsed:.3f} s"
+    assert elapsed < 2.0, f"scoring took {elapsed:.3f} s"  # the bound every objective keeps (issue 16)
 
 
 def test_extract_answer_and_gate():
-    objective = GSM8K()
+    objective = GSM8K(source="offline")
     assert objective.extract_answer("so 5 then\n#### $1,234.00 dollars") == "1234"
     assert objective.extract_answer("it is 41 or 42") == "42"
     assert objective.extract_answer("#### none") is None
@@ -104,9 +107,45 @@ def test_extract_answer_and_gate():
 
 
 def test_bad_source_and_split():
-    with pytest.raises(ValueError, match="unknown gsm8k source 'web'"):
+    with pytest.raises(ValueError, match="gsm8k: unknown source 'web'"):
         GSM8K(source="web")
     with pytest.raises(ValueError, match="unknown split 'validation'"):
-        GSM8K().dataset("validation")
+        GSM8K(source="offline").dataset("validation")
     with pytest.raises(ValueError, match="asked"):
-        GSM8K().dataset("train", 101)
+        GSM8K(source="offline").dataset("train", 101)
+
+
+def test_gold_may_be_a_whole_gsm8k_solution():
+    """TRL-style callers pass openai/gsm8k's answer column (a solution ending in '#### N') as is."""
+    reward = objectives.get("gsm8k")
+    assert reward(prompts=["q"], completions=["#### 18"], answer=["Natalia sold ... #### 18"]) == [1.0]
+    assert reward(prompts=["q"], completions=["#### 17"], answer=["Natalia sold ... #### 18"]) == [0.0]
+    assert reward(prompts=["q"], completions=["#### 18"], answer=["no marker here"]) == [0.0]
+    assert reward.gold_answer({"answer": "3 + 4 = <<3+4=7>>7\n#### 7"}) == "7"
+
+
+def _hub_split(path, questions, solutions):
+    datasets.Dataset.from_dict({"question": questions, "answer": solutions}).to_parquet(str(path))
+    return str(path)
+
+
+def test_column_mapping_of_the_hub_format(tmp_path):
+    files = {"train": _hub_split(tmp_path / "train.parquet", ["Tom has 3 apples and buys 4. How many?"],
+                                 ["He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"]),
+             "test": _hub_split(tmp_path / "test.parquet", ["A shop sells 1,200 pens a day. Pens in 2 days?",
+                                                            "What is half of 9?"],
+                                ["1,200 * 2 = <<1200*2=2400>>2,400\n#### 2,400", "9 / 2 = 4.5\n#### 4.5"])}
+    objective = objectives.get("gsm8k", data_files=files)
+    test = objective.dataset("test").to_list()
+    assert [r["answer"] for r in test] == ["2400", "4.5"] and objective.data_source == "files"
+    assert test[0]["prompt"].endswith("Question: A shop sells 1,200 pens a day. Pens in 2 days?")
+    assert test[0]["solution"].endswith("#### 2,400")
+    assert objective.split_size("train") == 1 and objective.dataset("train")[0]["answer"] == "7"
+    assert objective(prompts=["p"] * 2, completions=["#### 2,400", "#### 4.5"], answer=[r["answer"] for r in test]) == [1.0, 1.0]
+
+
+def test_a_solution_without_its_number_is_an_error_naming_the_row(tmp_path):
+    files = {"train": _hub_split(tmp_path / "train.jsonl.parquet", ["q0", "q1"], ["#### 1", "the answer is seven"]),
+             "test": _hub_split(tmp_path / "test.parquet", ["q"], ["#### 2"])}
+    with pytest.raises(ValueError, match=r"gsm8k \(files\): train row 1's solution has no number after '####'"):
+        objectives.get("gsm8k", data_files=files).dataset("test")

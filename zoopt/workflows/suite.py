@@ -67,7 +67,12 @@ def evaluate_suite(cfg: dict, names: list[str], progress=None,
                    announce: Callable[[int, str], None] | None = None) -> list[BenchmarkResult]:
     """Evaluate ``cfg["model"]`` on each objective in ``names`` (see the module doc);
     ``announce(i, name)`` is called before the ``i``-th (from 1)."""
-    objectives = {name: build_objective({**cfg, "objective": name}) for name in names}
+    objectives: dict = {}
+    for name in names:  # every name and argument checked before the model loads
+        try:
+            objectives[name] = build_objective({**cfg, "objective": name})
+        except DataUnavailable as exc:
+            objectives[name] = exc
     engine = build_engine(cfg)
     default_prompt = engine.system_prompt
     out: list[BenchmarkResult] = []
@@ -75,6 +80,9 @@ def evaluate_suite(cfg: dict, names: list[str], progress=None,
         for i, (name, objective) in enumerate(objectives.items(), 1):
             if announce is not None:
                 announce(i, name)
+            if isinstance(objective, DataUnavailable):
+                out.append(BenchmarkResult(name, error=str(objective)))
+                continue
             engine.system_prompt = objective.system_prompt or default_prompt
             try:
                 result = evaluate_config(engine, objective, cfg, progress=progress)
