@@ -169,6 +169,7 @@ def _same(a, b):
     ("arithmetic", "37 + 45 = 82"),
     ("countdown", "x</think>\n<answer>(1 + 2) / 3</answer>"),
     ("gsm8k", "so\n#### \\frac{20}{2}"),
+    ("champ", "so \\boxed{\\frac{1}{2}}"),      # checked in a worker process
 ])
 def test_scoring_and_data_never_touch_the_global_rngs(name, completion):
     random.seed(11)

@@ -60,14 +60,16 @@ def test_think_format_reward_unchanged_needs_the_chat_shape():
             scorer.finish()
 
 
-@pytest.mark.parametrize("name, kwargs", [("arithmetic", {}), ("countdown", {}), ("gsm8k", {})])
+@pytest.mark.parametrize("name, kwargs", [("arithmetic", {}), ("countdown", {}), ("gsm8k", {"source": "offline"}),
+                                          ("champ", {})])
 def test_builtin_objectives_score_both_shapes_alike(name, kwargs):
     objective = objectives.get(name, **kwargs)
     rows = objective.dataset("test", 4).to_list()
     prompts = [r.pop("prompt") for r in rows]
     columns = {k: [r[k] for r in rows] for k in rows[0]}
     gold = {"arithmetic": lambda r: f"The answer is {r['answer']}", "gsm8k": lambda r: f"so\n#### {r['answer']}",
-            "countdown": lambda r: f"</think>\n<answer>{r['solution']}</answer>"}[name]
+            "countdown": lambda r: f"</think>\n<answer>{r['solution']}</answer>",
+            "champ": lambda r: f"so \\boxed{{{r['answer']}}}"}[name]
     texts = [gold(r) for r in rows[:-1]] + ["no idea"]  # the last one wrong, the rest right
     plain = Scorer(objective, chat=False).score(prompts, texts, columns)
     chat = Scorer(objective, chat=True).score(prompts, texts, columns)
