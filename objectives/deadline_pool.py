@@ -50,6 +50,7 @@ from typing import Any, Sequence
 STATUSES = ("ok", "error", "timeout", "cancelled")
 WORKER = Path(__file__).with_name("_deadline_worker.py")
 START_TIMEOUT_S = 60.0  # a worker that is not ready by then is reported as an error
+MAX_FAILED_STARTS = 3  # workers dying before they are ready, in a row: the calls fail instead
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class DeadlinePool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self.killed = 0  # workers killed for overrunning, over the pool's life
+        self._failed_starts = 0
         self._finalizer = weakref.finalize(self, _close_workers, self._workers)
 
     def _spawn(self) -> _Worker:
@@ -205,8 +207,15 @@ class DeadlinePool:
                     except (EOFError, OSError):
                         message = None
                     if message == ("ready",):
-                        worker.ready = True
+                        worker.ready, self._failed_starts = True, 0
                         continue
+                    if message is None and not worker.ready:  # died while starting
+                        self._failed_starts += 1
+                        if self._failed_starts >= MAX_FAILED_STARTS:
+                            for job in queue:
+                                outcomes[job] = Outcome("error", "the worker process cannot start (its error "
+                                                                 "is on stderr)")
+                            queue.clear()
                     if message is not None and worker.job is not None and message[0] == worker.job:
                         outcomes[worker.job] = Outcome(message[1], message[2], now - worker.started)
                         worker.job = None

@@ -117,3 +117,17 @@ def test_bad_arguments_are_one_line_errors():
         _pool("echo", workers=0)
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         _pool("echo").map([(1,)], timeout_s=0)
+
+
+def test_a_worker_that_cannot_start_fails_the_calls_instead_of_respawning_forever(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import a_module_that_does_not_exist\n")
+    pool = DeadlinePool(broken, "f", workers=1)
+    try:
+        start = time.perf_counter()
+        [out] = pool.map([(1,)], timeout_s=5)
+        assert out.status == "error" and "cannot start" in out.value
+        assert time.perf_counter() - start < 60
+    finally:
+        pool.close()
+    assert not zombie_children()

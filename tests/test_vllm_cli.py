@@ -1,4 +1,4 @@
-"""``--engine vllm`` through the command line: ``zoopt grpo``, ``zoopt eval`` and ``zoopt compare``.
+"""``--engine vllm`` through the command line: ``zoopt grpo``, ``zoopt eval`` (one benchmark and a suite) and ``zoopt compare``.
 
 Run inside ``.venv-vllm`` with ``pytest -m vllm``.  Each command runs as a user runs it, in its
 own process (``python -m zoopt.cli``), on the tiny model with 2×32 heads (``tiny_hd32``) and
@@ -95,3 +95,19 @@ def test_zoopt_compare_engine_vllm_runs_both_schedules(model, tmp_path):
         assert row["d_rel"] > 0
     grpo_phase = [json.loads(x) for x in (run / "grpo_es" / "phase0-grpo" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["sampler_logp_gap_max"] <= LOGP_TOL for r in grpo_phase)
+
+
+def test_zoopt_eval_suite_engine_vllm_equals_hf(model, tmp_path):
+    """A suite (two offline benchmarks) on each engine: the same table files and greedy completions."""
+    for engine in ("hf", "vllm"):
+        zoopt("eval", "--model", str(model), "--objective", "gsm8k,champ", "--source", "offline", "--engine", engine,
+              "--k", "1,2", "--n", "2", "--n-problems", "4", "--max-new-tokens", "8", "--dtype", "float32",
+              "--quiet", "--out", str(tmp_path / engine), *sets("engine_args.max_model_len=512") * (engine == "vllm"))
+    for name in ("gsm8k", "champ"):
+        greedy = {}
+        for engine in ("hf", "vllm"):
+            with open(tmp_path / engine / name / "per_problem.csv") as fh:
+                greedy[engine] = [(r["greedy_completion"], r["greedy_reward"]) for r in csv.DictReader(fh)]
+        assert greedy["vllm"] == greedy["hf"] and len(greedy["hf"]) == 4
+    rows = json.loads((tmp_path / "vllm" / "suite.json").read_text())["rows"]
+    assert [r["benchmark"] for r in rows] == ["gsm8k", "champ", "average"] and rows[0]["source"] == "offline"
