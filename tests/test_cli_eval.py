@@ -7,7 +7,7 @@ import pytest
 
 from zoopt.cli import build_parser, main
 from zoopt.cli.common import eval_config
-from zoopt.cli.eval import read_curve
+from zoopt.cli.eval import DEFAULT_KS, SUITE_KS, read_curve
 from zoopt.config import load_config
 from zoopt.metrics import pass_at_k
 from zoopt.state import resolve_model
@@ -62,7 +62,8 @@ def test_eval_files_agree_and_match_evaluate_run(tmp_path, capsys):
 
 def test_defaults_are_the_trainers_held_out_settings():
     args = build_parser().parse_args(["eval", "--model", "tiny"])
-    assert (args.k, args.n) == ("1,8,16,32", None)
+    assert (args.k, args.n) == (None, None)  # --k: DEFAULT_KS, or SUITE_KS for a suite
+    assert (DEFAULT_KS, SUITE_KS) == ("1,8,16,32", "1,16,32")
     cfg = eval_config("tiny", None, args, 32, (1, 8, 16, 32))
     defaults = load_config()
     for key in ("n_problems", "temperature", "max_new_tokens"):

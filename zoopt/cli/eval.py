@@ -24,7 +24,9 @@ from ..workflows.analyze import evaluate_model, jsonable
 from ..workflows.suite import evaluate_suite, metric_columns, suite_objectives, suite_table, suites, to_markdown
 from .common import add_eval_flags, eval_config, slug, stamp
 
-HELP = "held-out greedy accuracy, pass@k and maj@k of a model"
+HELP = "held-out greedy accuracy, pass@k and maj@k of a model; suites of benchmarks"
+DEFAULT_KS = "1,8,16,32"
+SUITE_KS = "1,16,32"  # the paper's table: Pass@1, Pass@16, Pass@32, Maj@32
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "the paper's table")
     p.add_argument("--source", choices=("auto", "hub", "offline"),
                    help="where the objectives' data comes from (their source= argument; default auto)")
-    p.add_argument("--k", default=None, help="comma-separated k for pass@k/maj@k (default 1,8,16,32; "
-                                             "suites: 1,16,32)")
+    p.add_argument("--k", default=None, help=f"comma-separated k for pass@k/maj@k (default {DEFAULT_KS}; "
+                                             f"suites: {SUITE_KS})")
     p.add_argument("--n", type=int, default=None,
                    help="samples per problem (≥ max k; default max k; 0: greedy only)")
     add_eval_flags(p)
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return run_suite(args)
     if not args.model and not args.compare:
         raise ValueError("zoopt eval needs --model M (or --compare DIR ...)")
-    ks = parse_ks(args.k or "1,8,16,32")
+    ks = parse_ks(args.k or DEFAULT_KS)
     n = samples_for(ks, args.n)
     console = Console()
     curves: dict[str, dict[int, float]] = {}
@@ -150,7 +152,7 @@ def run_suite(args: argparse.Namespace) -> int:
     if args.model:
         names = suite_objectives(args.suite, args.objective)
         title = args.suite or ",".join(names)
-        ks = parse_ks(args.k or "1,16,32")
+        ks = parse_ks(args.k or SUITE_KS)
         n = samples_for(ks, args.n)
         if n == 0:
             raise ValueError("--n 0: a suite's table needs sampled completions (--n ≥ the largest --k)")
