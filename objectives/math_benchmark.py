@@ -91,8 +91,9 @@ class MathBenchmark(Objective):
         self.source = check_source(source, spec.name, spec.offline is not None)
         if data_files is not None and self.source == "offline":
             raise ValueError(f"{spec.name}: data_files replaces the hub; it cannot go with source='offline'")
-        if spec.hub is None and self.source == "hub":
-            raise ValueError(f"{spec.name} is not on the hub; use source='offline'")
+        if spec.hub is None and (self.source == "hub" or data_files is not None):
+            raise ValueError(f"{spec.name} is not on the hub (source='hub' and data_files do not apply); "
+                             f"its data is offline")
         try:
             template.format(question="q")
         except (KeyError, IndexError, ValueError) as exc:

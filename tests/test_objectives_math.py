@@ -201,6 +201,8 @@ def test_champ_is_the_offline_math_set():
     assert data[0]["id"] == "P_Combinatorics_1" and data[0]["answer"] == "239"
     assert len({r["id"] for r in data}) == 85
     assert champ(prompts=["p"], completions=["\\boxed{239}"], answer=["239"]) == [1.0]
+    with pytest.raises(ValueError, match="champ is not on the hub"):
+        objectives.get("champ", data_files="x.parquet")
 
 
 def test_sources(tmp_path):
