@@ -73,7 +73,7 @@ class GPQADiamond(Objective):
         self.source = check_source(source, self.name, has_offline=False)
         try:
             template.format(question="q", A="a", B="b", C="c", D="d")
-        except (KeyError, IndexError, ValueError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:  # AttributeError: not a str
             raise ValueError(f"template must use only {{question}}, {{A}}..{{D}}: {exc!r}") from None
         if not 0.0 <= test_fraction <= 1.0:
             raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction!r}")

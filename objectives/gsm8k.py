@@ -118,7 +118,7 @@ class GSM8K(Objective):
             raise ValueError("gsm8k: data_files replaces the hub; it cannot go with source='offline'")
         try:
             template.format(question="q")
-        except (KeyError, IndexError, ValueError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:  # AttributeError: not a str
             raise ValueError(f"template must use only {{question}}: {exc!r}") from None
         self.template, self.system_prompt, self.data_files = template, system_prompt, data_files
         self.data_source: str | None = None

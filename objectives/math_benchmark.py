@@ -96,7 +96,7 @@ class MathBenchmark(Objective):
                              f"its data is offline")
         try:
             template.format(question="q")
-        except (KeyError, IndexError, ValueError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:  # AttributeError: not a str
             raise ValueError(f"template must use only {{question}}: {exc!r}") from None
         fraction = spec.test_fraction if test_fraction is None else float(test_fraction)
         if not 0.0 <= fraction <= 1.0:

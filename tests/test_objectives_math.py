@@ -228,6 +228,8 @@ def test_registered_names_and_contract():
         objective = objectives.get(name)
         assert isinstance(objective, MathBenchmark) and objective.name == name
     assert objectives.get("math500").benchmark.hub.path == "HuggingFaceH4/MATH-500"
+    with pytest.raises(ValueError, match="template must use only {question}"):
+        objectives.get("math500", template={"question": None})    # what YAML makes of --set ...template={question}
     with pytest.raises(ValueError, match="check_timeout_s must be"):
         objectives.get("math500", check_timeout_s=0)
     assert json.dumps(objectives.names())  # names are plain strings

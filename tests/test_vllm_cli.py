@@ -98,16 +98,24 @@ def test_zoopt_compare_engine_vllm_runs_both_schedules(model, tmp_path):
 
 
 def test_zoopt_eval_suite_engine_vllm_equals_hf(model, tmp_path):
-    """A suite (two offline benchmarks) on each engine: the same table files and greedy completions."""
+    """A suite of two benchmarks (local files in their hub format, short problems: the tiny
+    model has 512 positions) on each engine: the same greedy completions and table rows."""
+    data = tmp_path / "bench.jsonl"
+    rows = [{"problem": f"{a}+{b}=", "answer": str(a + b), "id": i, "unique_id": f"u{i}"}
+            for i, (a, b) in enumerate([(1, 2), (3, 4), (5, 6), (7, 8)])]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for engine in ("hf", "vllm"):
-        zoopt("eval", "--model", str(model), "--objective", "gsm8k,champ", "--source", "offline", "--engine", engine,
+        zoopt("eval", "--model", str(model), "--objective", "math500,aime24", "--engine", engine,
               "--k", "1,2", "--n", "2", "--n-problems", "4", "--max-new-tokens", "8", "--dtype", "float32",
-              "--quiet", "--out", str(tmp_path / engine), *sets("engine_args.max_model_len=512") * (engine == "vllm"))
-    for name in ("gsm8k", "champ"):
+              "--quiet", "--out", str(tmp_path / engine),
+              *sets(f"objective_args.data_files={data}", "objective_args.template='{question}'"),
+              *sets("engine_args.max_model_len=512") * (engine == "vllm"))
+    for name in ("math500", "aime24"):
         greedy = {}
         for engine in ("hf", "vllm"):
             with open(tmp_path / engine / name / "per_problem.csv") as fh:
                 greedy[engine] = [(r["greedy_completion"], r["greedy_reward"]) for r in csv.DictReader(fh)]
         assert greedy["vllm"] == greedy["hf"] and len(greedy["hf"]) == 4
-    rows = json.loads((tmp_path / "vllm" / "suite.json").read_text())["rows"]
-    assert [r["benchmark"] for r in rows] == ["gsm8k", "champ", "average"] and rows[0]["source"] == "offline"
+    tables = {e: json.loads((tmp_path / e / "suite.json").read_text())["rows"] for e in ("hf", "vllm")}
+    assert [r["benchmark"] for r in tables["vllm"]] == ["math500", "aime24", "average"]
+    assert all(r["source"] == "files" for r in tables["vllm"][:2])
