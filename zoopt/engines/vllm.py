@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+import typing
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Iterable, Mapping, Sequence
@@ -50,11 +51,12 @@ import torch
 
 from ..atomic import atomic_directory
 from ..models import cache_dir, resolve_dtype
-from ..noise import Noise
-from ..types import Update
+from ..noise import LowRank, Noise
+from ..types import Population, Update
 from .base import Completion, Engine, Prompt, Sampling
 from .prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
 from .weights import check_finite, digest
+from .vllm_lora import LoRAPopulation, check_lora_slots, lora_selection, ram_scratch_dir, round_lora_rank
 from .vllm_setup import check_cpu_head_dim, configure_environment, resolve_model_dir
 
 WORKER_EXTENSION = "zoopt.engines.vllm_worker.ZooptWorkerExtension"
@@ -76,7 +78,8 @@ class VLLMEngine(Engine):
 
     def __init__(self, llm, tokenizer, model_dir: str | Path, *, master_device: str | None = None,
                  system_prompt: str | None = None, prefix_caching: bool = False, noise_cache_bytes: int = 0,
-                 device: str = "cpu", population: str = "auto") -> None:
+                 device: str = "cpu", population: str = "auto", max_loras: int | None = None,
+                 max_lora_rank: int | None = None) -> None:
         from transformers import AutoConfig, GenerationConfig
 
         super().__init__()
@@ -92,7 +95,10 @@ class VLLMEngine(Engine):
         self._pad_id = ensure_pad_token(tokenizer)
         if population not in ("auto", "sequential", "batched"):
             raise ValueError(f"population must be one of auto, batched, sequential, got {population!r}")
+        check_lora_slots(population, max_loras)
         self.population = population
+        self.max_loras, self.max_lora_rank = max_loras, max_lora_rank
+        self._next_lora_id = 1  # every adapter ever registered gets a fresh id (and name)
         try:
             gen = GenerationConfig.from_pretrained(str(self.model_dir))
         except OSError:
@@ -102,6 +108,8 @@ class VLLMEngine(Engine):
         self.shapes: dict[str, tuple[int, ...]] = {n: tuple(s) for n, s in zip(info[0]["names"], info[0]["shapes"])}
         self.dtype = info[0]["dtype"]
         self._whole = all(i["whole"] for i in info)
+        uncovered = {n for i in info for n in i["lora_uncovered"]}
+        self.lora_covered = [] if max_loras is None else [n for n in self.shapes if n not in uncovered]
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", batch_size: int = 64, *,
@@ -109,11 +117,15 @@ class VLLMEngine(Engine):
                         tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
                         enable_prefix_caching: bool = False, master_device: str | None = None,
                         system_prompt: str | None = None, noise_cache_bytes: int = 0, seed: int = 0,
-                        population: str = "auto", **llm_kwargs) -> "VLLMEngine":
+                        population: str = "auto", max_loras: int | None = None, max_lora_rank: int = 1,
+                        **llm_kwargs) -> "VLLMEngine":
         """Start vLLM on ``name_or_path`` (see :func:`resolve_model_dir`) and wrap it.
 
         ``noise_cache_bytes`` as ``HFEngine``'s (each worker keeps up to that many bytes of the
-        members' noise for the update).  ``llm_kwargs`` go to ``vllm.LLM`` unchanged.  Takes ~20 s on CPU (process start-up).
+        members' noise for the update).  ``max_loras`` (None: LoRA off) turns vLLM's LoRA on with
+        that many adapter slots, the largest population the batched path runs in one call;
+        ``max_lora_rank`` (≥ the noise's rank) is rounded up to a rank vLLM takes (1, 8, 16, …).
+        ``llm_kwargs`` go to ``vllm.LLM`` unchanged.  Takes ~20 s on CPU (process start-up).
         """
         from transformers import AutoTokenizer
         from vllm import LLM
@@ -124,6 +136,12 @@ class VLLMEngine(Engine):
         kind = torch.device(device).type
         if kind != current_platform.device_type:
             raise ValueError(f"device {device!r}: this vLLM build runs on {current_platform.device_type!r}")
+        check_lora_slots(population, max_loras)
+        if max_loras is not None:
+            from vllm.config.lora import MaxLoRARanks
+
+            max_lora_rank = round_lora_rank(max_lora_rank, typing.get_args(MaxLoRARanks))
+            llm_kwargs.update(enable_lora=True, max_loras=int(max_loras), max_lora_rank=max_lora_rank)
         path = resolve_model_dir(name_or_path)
         if kind == "cpu":
             check_cpu_head_dim(path)
@@ -141,7 +159,7 @@ class VLLMEngine(Engine):
         tokenizer.padding_side = "left"
         return cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
                    prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
-                   population=population)
+                   population=population, max_loras=max_loras, max_lora_rank=max_lora_rank if max_loras else None)
 
     # -- plumbing ------------------------------------------------------------------------------
     def _rpc(self, method: str, *args) -> list:
@@ -167,11 +185,54 @@ class VLLMEngine(Engine):
             llm.llm_engine.engine_core.shutdown()
 
     def population_path(self, noise: Noise) -> str:
-        """Always member by member for now (``population: batched`` is refused): vLLM's
-        batched path, one LoRA adapter per member, is not built yet."""
+        """``"batched"`` (one call, a LoRA adapter per member: :mod:`zoopt.engines.vllm_lora`) for
+        ``LowRank`` noise when LoRA is on (``max_loras``) and ``population`` is not
+        ``sequential``; else ``"sequential"``.  ``population: batched`` with other noise is refused."""
+        if self.population == "sequential":
+            return "sequential"
+        if isinstance(noise, LowRank) and self.max_loras is not None:
+            return "batched"
         if self.population == "batched":
-            raise ValueError("population: batched is not available on the vllm engine yet; use auto or sequential")
+            raise ValueError(f"population: batched needs noise.kind low_rank, got {noise.kind!r}")
         return "sequential"
+
+    def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
+                            sampling: Sampling, on_member=None) -> list[list[list[Completion]]]:
+        """The contract's population call.  On the batched path (:meth:`population_path`) member
+        i is a LoRA adapter adding ``cᵢ·Aᵢ·Bᵢᵀ`` to each selected linear weight (the HF batched
+        path's factors, :mod:`zoopt.engines.vllm_lora`), and the prompts × members rows go
+        through **one** ``LLM.generate`` with one ``LoRARequest`` per row.  The weights are never
+        written; prompt p's sampling seed is the sequential path's for every member, so results
+        equal it up to floating-point rounding.  Adapters are registered for this call only.
+
+        Refused with a one-line ``ValueError`` (before anything runs): more members than
+        ``max_loras``, a noise rank above ``max_lora_rank``, or a selected parameter that LoRA
+        cannot perturb (named, with the ``exclude`` that skips it)."""
+        if self.population_path(noise) != "batched":
+            return super().generate_population(noise, population, prompts, sampling, on_member)
+        if isinstance(prompts, (str, dict)):
+            raise TypeError("generate_population takes a sequence of prompts, not a single prompt")
+        if len(population) > self.max_loras:
+            raise ValueError(f"population of {len(population)} members needs engine_args.max_loras ≥ "
+                             f"{len(population)} (it is {self.max_loras}), or set population: sequential")
+        if noise.rank > self.max_lora_rank:
+            raise ValueError(f"noise.rank {noise.rank} exceeds the LoRA slots' rank (engine_args.max_lora_rank "
+                             f"{self.max_lora_rank}): raise it, or set population: sequential")
+        names = lora_selection(noise, self.shapes, self.lora_covered)
+        t0 = time.perf_counter()
+        self.restore()
+        encoded = [self.encode(p) for p in prompts]
+        first_id, self._next_lora_id = self._next_lora_id, self._next_lora_id + len(population)
+        with LoRAPopulation(self.llm, noise, population, names, self.shapes, first_id, ram_scratch_dir()) as lora:
+            flat = self._generate_rows([ids for _ in population.members for ids in encoded],
+                                       [p for _ in population.members for p in range(len(encoded))], sampling,
+                                       [req for req in lora.requests for _ in encoded])
+        results = [flat[i * len(encoded):(i + 1) * len(encoded)] for i in range(len(population))]
+        self.stats.record(flat, t0)
+        if on_member is not None:
+            for i, member in enumerate(results):
+                on_member(i, member)
+        return results
 
     # -- weights ---------------------------------------------------------------------------------
     def perturb(self, noise: Noise, seed: int, scale: float) -> None:
@@ -261,12 +322,20 @@ class VLLMEngine(Engine):
 
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
         """``sampling.n`` completions per prompt, ``result[i][j]`` (see the module docstring)."""
-        from vllm import SamplingParams
-
         if isinstance(prompts, (str, dict)):
             raise TypeError("generate takes a sequence of prompts, not a single prompt")
         t0 = time.perf_counter()
         encoded = [self.encode(p) for p in prompts]
+        results = self._generate_rows(encoded, list(range(len(encoded))), sampling)
+        self.stats.record(results, t0)
+        return results
+
+    def _generate_rows(self, encoded: list[list[int]], indices: list[int], sampling: Sampling,
+                       lora_requests: list | None = None) -> list[list[Completion]]:
+        """One ``LLM.generate`` over rows of token ids; row k samples with prompt ``indices[k]``'s
+        seed (so a prompt gets the same seed in every member) and adapter ``lora_requests[k]``."""
+        from vllm import SamplingParams
+
         if not encoded:
             return []
         n = 1 if sampling.greedy else sampling.n
@@ -276,14 +345,14 @@ class VLLMEngine(Engine):
             seed=None if sampling.greedy else _prompt_seed(sampling.seed, i),
             logprobs=0 if sampling.logprobs else None, stop_token_ids=sorted(self.stop_ids),
             detokenize=False,
-        ) for i in range(len(encoded))]
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
+        ) for i in indices]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False,
+                                    lora_request=lora_requests)
         results = []
         for out in outputs:
             samples = [self._completion(o, sampling.logprobs) for o in sorted(out.outputs, key=lambda o: o.index)]
             results.append(samples if len(samples) == sampling.n else
                            [samples[0]] + [_copy(samples[0]) for _ in range(sampling.n - 1)])
-        self.stats.record(results, t0)
         return results
 
     def _completion(self, out, want_logprobs: bool) -> Completion:

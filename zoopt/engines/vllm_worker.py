@@ -80,6 +80,17 @@ def install_live_weight_gemm() -> bool:
 install_live_weight_gemm()  # at import: vLLM imports the extension before it loads the model
 
 
+def lora_linear_names(model: torch.nn.Module, layout: dict) -> set[str]:
+    """The HF names whose every piece on this rank lies in the weight of a linear layer that
+    vLLM wrapped for LoRA (``BaseLinearLayerWithLoRA``: plain, fused q/k/v or gate/up, row- or
+    column-parallel) — what a LoRA adapter can perturb.  Empty when LoRA is off."""
+    from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
+
+    weights = {id(m.base_layer.weight) for m in model.modules() if isinstance(m, BaseLinearLayerWithLoRA)}
+    names = {n for n, p in model.named_parameters() if id(p) in weights}
+    return {h for h, pieces in layout.items() if pieces and all(p.param in names for p in pieces)}
+
+
 # -- the worker extension -----------------------------------------------------------------------
 class ZooptWorkerExtension:
     """Mixed into vLLM's worker; every method is called through ``collective_rpc``.
@@ -96,8 +107,10 @@ class ZooptWorkerExtension:
         next apply to reuse (as ``ModuleEngine``'s cache: no result changes, bit for bit).
 
         Returns ``{"names": [...], "shapes": [[...], ...], "dtype": str, "rank": int,
-        "whole": bool}`` — HF names in HF order, and whether this rank holds every HF tensor
-        whole (TP = 1), so that checksums can be taken locally.
+        "whole": bool, "lora_uncovered": [...]}`` — HF names in HF order, whether this rank holds
+        every HF tensor whole (TP = 1), so that checksums can be taken locally, and the HF names
+        held here that a LoRA adapter cannot perturb (:func:`lora_linear_names`; all of them
+        when LoRA is off).
         """
         model = self._zoopt_model()
         emptied = [n for n, p in model.named_parameters() if p.numel() == 0]
@@ -114,8 +127,10 @@ class ZooptWorkerExtension:
                                 noise_cache_bytes=int(noise_cache_bytes))
         self._zoopt_weights = weights
         dtypes = {str(t.dtype) for t in weights.params.values()}
+        covered = lora_linear_names(model, layout)
         return {"names": list(hf_shapes), "shapes": [list(s) for s in hf_shapes.values()],
-                "dtype": dtypes.pop() if len(dtypes) == 1 else sorted(dtypes), "rank": rank, "whole": weights.whole}
+                "dtype": dtypes.pop() if len(dtypes) == 1 else sorted(dtypes), "rank": rank, "whole": weights.whole,
+                "lora_uncovered": [n for n in layout if n not in covered]}
 
     def _zoopt_model(self) -> torch.nn.Module:
         return self.model_runner.model
