@@ -202,19 +202,19 @@ class BatchedLowRank:
                 mod._parameters["weight"] = weight
 
 
-def member_factors(noise: LowRank, population: Population, name: str, shape) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every member's factors of matrix ``name``, with its coefficient folded into A, in fp32:
+def member_factors(noise: LowRank, population: Population, name: str, shape,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every member's factors of matrix ``name``, with its coefficient folded into A:
     ``a[i] = cᵢ·Aᵢ`` (``(N, m, r)``), ``b[i] = Bᵢ`` (``(N, n, r)``), cᵢ = sᵢσ/√r, so member i's
     perturbation is ``a[i]·b[i]ᵀ = sᵢσ·Aᵢ·Bᵢᵀ/√r`` with ``(Aᵢ, Bᵢ) = noise.factors(seedᵢ, name, shape)``.
 
-    The same fp32 operations as :class:`BatchedLowRank`'s tables (cᵢ = fp32(sᵢσ)/√r in fp32, then
-    Aᵢ·cᵢ), for engines that hand the factors elsewhere (vLLM's LoRA adapters); an antithetic
-    pair draws its factors once."""
-    r = noise.rank
-    coef = torch.tensor([population.scale(i) for i in range(len(population))], dtype=torch.float32) / r ** 0.5
+    The arithmetic of :class:`BatchedLowRank`'s tables, in ``dtype`` (fp32; float64 for a float64
+    model): cᵢ = sᵢσ/√r, then Aᵢ·cᵢ.  For engines that hand the factors elsewhere (vLLM's LoRA
+    adapters); an antithetic pair draws its factors once."""
+    coef = torch.tensor([population.scale(i) for i in range(len(population))], dtype=dtype) / noise.rank ** 0.5
     drawn = {seed: noise.factors(seed, name, shape) for seed in dict.fromkeys(m.seed for m in population.members)}
-    a = torch.stack([drawn[m.seed][0] for m in population.members]) * coef[:, None, None]
-    b = torch.stack([drawn[m.seed][1] for m in population.members])
+    a = torch.stack([drawn[m.seed][0] for m in population.members]).to(dtype) * coef[:, None, None]
+    b = torch.stack([drawn[m.seed][1] for m in population.members]).to(dtype)
     return a, b
 
 
