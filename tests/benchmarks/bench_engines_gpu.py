@@ -19,6 +19,13 @@ For the HF engine it also measures the batched low-rank population (``--batched-
 base weights (``pure_batch_s``), both as one batch of N × prompts rows after a warm-up; the
 ratio ``batched_over_pure`` is the cost of the perturbations (EGGROLL's "% of pure batch").
 
+Where vLLM is installed it also measures the vLLM batched population (``--lora-members`` N, 0
+to skip; ``tests/benchmarks/vllm_multilora.py``, whose step it runs): two vLLM engines taking
+turns step by step — N ``LowRank(rank=1)`` members on the linear layers as N LoRA adapters in
+one ``generate`` call, against the same members one after another — and reports
+``ratio_sequential_over_multilora`` under ``vllm_multilora`` (each engine gets
+``--gpu-memory-utilization``/2 of the device).
+
 ``--model`` is a zoopt model name or directory, or ``random:qwen2.5-0.5b`` (a randomly
 initialised model of Qwen2.5-0.5B's shape, for machines without the embedded weights; it uses
 zoopt's tiny character tokenizer, so prompts are short plain text).
@@ -181,6 +188,21 @@ def run_engine(kind: str, path: str, args) -> dict:
     return result
 
 
+def vllm_multilora_case(path: str, args) -> dict:
+    """The vLLM batched population against its sequential loop (``vllm_multilora.run``)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import vllm_multilora
+
+    result = vllm_multilora.run(argparse.Namespace(
+        model=path, device=args.device, dtype=args.dtype, members=args.lora_members, prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens, rank=1, steps=2, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization / 2))
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def main() -> None:
     import os
 
@@ -198,6 +220,7 @@ def main() -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     p.add_argument("--engines", default="hf,vllm")
     p.add_argument("--batched-members", type=int, default=32, help="HF batched low-rank population size (0: skip)")
+    p.add_argument("--lora-members", type=int, default=32, help="vLLM multi-LoRA population size (0: skip)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
@@ -221,6 +244,8 @@ def main() -> None:
         summary["ratio_es_tokens_per_s_vllm_over_hf"] = round(vl["es_tokens_per_s"] / hf["es_tokens_per_s"], 2)
         summary["ratio_es_step_hf_over_vllm"] = round(hf["es_step_s"] / vl["es_step_s"], 2)
         summary["same_checksum_after_step"] = hf["checksum"] == vl["checksum"]
+    if args.lora_members and "vllm" in results:
+        summary["vllm_multilora"] = vllm_multilora_case(path, args)
     if "hf" in results and "batched_step_s" in results["hf"] and args.population == args.batched_members:
         hf = results["hf"]
         summary["ratio_sequential_full_rank_step_over_batched_step"] = round(hf["es_step_s"] / hf["batched_step_s"], 2)

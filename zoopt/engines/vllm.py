@@ -33,6 +33,11 @@ Contract (that of :class:`~zoopt.engines.base.Engine`, as ``HFEngine``):
   On CUDA it defaults to False: CUDA graphs and vLLM's torch.compile read parameters by
   address, and the worker only ever writes in place (``copy_``/``add_``), so they see updates.
 
+- The population call: member by member (perturb → generate → restore) by default; for
+  ``LowRank`` noise on linear layers, with LoRA slots (``max_loras``), every member is a LoRA
+  adapter and all prompts × members go through one ``generate`` call
+  (:mod:`zoopt.engines.vllm_lora`, docs/vllm.md).
+
 ``batch_size`` maps to vLLM's ``max_num_seqs`` (the most sequences decoded at once).
 """
 

@@ -28,7 +28,8 @@ def _device():
 
 
 def _engine_args():
-    return hp({}, "engine options, e.g. vllm: {max_model_len: 512, gpu_memory_utilization: 0.5}", mapping())
+    return hp({}, "engine options, e.g. vllm: {max_model_len: 512, gpu_memory_utilization: 0.5}; vllm's max_loras "
+              "(LoRA slots: the batched population, docs/vllm.md) and max_lora_rank (≥ noise.rank)", mapping())
 
 
 def _objective():
@@ -174,8 +175,9 @@ class TrainConfig(Config):
     sigma: float = hp(5.0e-3, "σ: the perturbation scale, θ + σε (paper: 1.5e-3)", number(gt=0))
     lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4)", number(gt=0))
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
-    population: str = hp("auto", "how a step's members run: auto (one batched forward for low_rank noise where the "
-                         "engine has one, else member by member) | batched | sequential (docs/batched-population.md)",
+    population: str = hp("auto", "how a step's members run: auto (one batched call for low_rank noise where the "
+                         "engine has one — hf; vllm with engine_args.max_loras — else member by member) | batched | "
+                         "sequential (docs/batched-population.md)",
                          string(choices=("auto", "batched", "sequential")))
     sampling: SamplingConfig = section(SamplingConfig, "rollouts that produce the training reward")
     reward_timeout_s: float = _reward_timeout_s()
