@@ -84,6 +84,15 @@ def check_one_call_equals_hf(v, hf_batched, hf_sequential, noise, population, pr
     assert v.checksum() == start, "the batched path wrote the weights"
 
 
+def test_population_batched_without_lora_slots_fails_before_vllm_starts():
+    from zoopt.engines.vllm import VLLMEngine
+
+    with pytest.raises(ValueError, match="set engine_args.max_loras ≥ population_size"):
+        VLLMEngine.from_pretrained("no/such/model", population="batched")
+    with pytest.raises(ValueError, match="max_loras must be an integer ≥ 1"):
+        VLLMEngine.from_pretrained("no/such/model", max_loras=0)
+
+
 # -- the tiny model --------------------------------------------------------------------------------
 @pytest.fixture(scope="class")
 def tiny(request, tmp_path_factory):
