@@ -54,7 +54,8 @@ def test_adapter_product_is_the_members_dense_perturbation(rank):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_factors_are_the_hf_batched_paths_bit_for_bit(dtype):
-    """The adapters carry exactly the HF batched path's factor tables (cᵢ folded into A the same way)."""
+    """The HF batched path's tables are ``member_factors`` in the model's accumulation dtype, and
+    the adapters carry exactly those tables (lora_B = a[i], lora_A = b[i]ᵀ)."""
     model, tokenizer = load_model("tiny", dtype="float32")
     engine = HFEngine(model.to(dtype), tokenizer)
     noise = LowRank(rank=2, include=("*.q_proj.weight", "*.down_proj.weight"))

@@ -120,15 +120,13 @@ class BatchedLowRank:
         """Factor tables ``(N, m, r)`` with cᵢ = sᵢσ/√r folded into A and ``(N, n, r)`` for B;
         each member's perturbed vectors.  Arithmetic is in fp32 like the dense path (float64
         for a float64 model), cast once to the working dtype."""
-        pop, r = self.population, self.noise.rank
+        pop = self.population
         acc = torch.float64 if self.dtype == torch.float64 else torch.float32
-        coef = torch.tensor([pop.scale(i) for i in range(len(pop))], dtype=acc) / r ** 0.5
         self.a: dict[str, torch.Tensor] = {}
         self.b: dict[str, torch.Tensor] = {}
-        for name in self.layout.matrices:
-            pairs = [self.noise.factors(m.seed, name, weights.shapes[name]) for m in pop.members]
-            self.a[name] = (torch.stack([a for a, _ in pairs]).to(acc) * coef[:, None, None]).to(self.device, self.dtype)
-            self.b[name] = torch.stack([b for _, b in pairs]).to(self.device, self.dtype)
+        for name in self.layout.matrices:  # member_factors: the one definition (vLLM's adapters use it too)
+            a, b = member_factors(self.noise, pop, name, weights.shapes[name], acc)
+            self.a[name], self.b[name] = a.to(self.device, self.dtype), b.to(self.device, self.dtype)
         self.vec: dict[str, torch.Tensor] = {}   # member's perturbed vector, cast like the dense path
         self.bias: dict[str, torch.Tensor] = {}  # member's perturbed bias minus the working bias
         for name in self.layout.vector_names:
