@@ -70,7 +70,7 @@ def paired(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
 
 
 def judge(claim: str, statement: str, diffs: Sequence[float], margin: float = 0.0,
-                    seed: int = 0, note: str = "") -> Verdict:
+          seed: int = 0, note: str = "") -> Verdict:
     """The verdict of "mean of ``diffs`` > ``margin``" by a paired bootstrap over problems."""
     d = np.asarray(diffs, dtype=np.float64)
     if d.size == 0 or not np.all(np.isfinite(d)):
