@@ -44,7 +44,7 @@ from zoopt.objective import Objective, check_split
 
 from . import register
 from .answers import first_number, last_number, parse_number
-from .sources import HubDataset, check_source, load_hub, load_rows
+from .sources import HubDataset, check_source, first_n, load_hub, load_rows
 from .splits import split_of
 
 TEMPLATE = (
@@ -160,11 +160,7 @@ class GSM8K(Objective):
         from datasets import Dataset
 
         rows = self._load()[check_split(split)]
-        if n is not None:
-            if n > len(rows):
-                raise ValueError(f"gsm8k ({self.data_source}) has {len(rows)} {split!r} problems, {n} asked; "
-                                 f"ask for at most {len(rows)} (zoopt.objective.load_split clamps)")
-            rows = rows[:n]
+        rows = first_n(rows, n, f"gsm8k ({self.data_source})", split)
         return Dataset.from_dict({
             "prompt": [self.template.format(question=q) for q, _, _ in rows],
             "answer": [gold for _, _, gold in rows],

@@ -36,7 +36,7 @@ from zoopt.registry import resolve_target
 
 from .boxed import MAX_ANSWER_CHARS, normalize
 from .math_checker import MathChecker
-from .sources import HubDataset, check_source, load_hub, load_rows
+from .sources import HubDataset, check_source, first_n, load_hub, load_rows
 from .splits import split_of
 
 TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -161,11 +161,7 @@ class MathBenchmark(Objective):
             raise ValueError(f"{self.name} has no {split!r} problems at test_fraction={self.test_fraction:g}"
                              + (" (an evaluation set: train on deepscaler or gsm8k, or set "
                                 "objective_args.test_fraction below 1)" if split == "train" else ""))
-        if n is not None:
-            if n > len(rows):
-                raise ValueError(f"{self.name} has {len(rows)} {split!r} problems, {n} asked; ask for at "
-                                 f"most {len(rows)} (zoopt.objective.load_split clamps)")
-            rows = rows[:n]
+        rows = first_n(rows, n, self.name, split)
         return Dataset.from_dict({
             "prompt": [self.template.format(question=r["question"]) for r in rows],
             "answer": [r["answer"] for r in rows],

@@ -93,3 +93,12 @@ def load_rows(what: str, source: str, hub: Callable[[], list[dict]],
         warnings.warn(f"{what}: the hub dataset could not be loaded ({reason}); using the offline source",
                       DataSourceNote, stacklevel=3)
         return offline(), "offline"
+
+
+def first_n(rows: list, n: int | None, what: str, split: str) -> list:
+    """``rows[:n]`` (all for ``None``); asking for more than there are is a one-line ``ValueError``
+    naming ``what`` (``zoopt.objective.load_split`` clamps before it asks)."""
+    if n is not None and n > len(rows):
+        raise ValueError(f"{what} has {len(rows)} {split!r} problems, {n} asked; ask for at most {len(rows)} "
+                         "(zoopt.objective.load_split clamps)")
+    return rows if n is None else rows[:n]
