@@ -46,6 +46,9 @@ def test_smoke_study_runs_every_claim_and_resumes_without_rerunning(tmp_path, mo
     assert {r: row["completions"] for r, row in report["runs"].items()} == {
         "base": 0, **{r: 16 for r in report["runs"] if r != "base"}}
     assert report["tuning"]["es"]["chosen"]["sigma"] == 0.05 and len(report["tuning"]["es"]["trials"]) == 2
+    # C6 at N ∈ {2, 4}: the es run (N=4) serves N=4 instead of training the same configuration twice
+    assert "es_n4" not in report["runs"] and "es_n2" in report["runs"]
+    assert report["claims"]["C6"]["numbers"]["runs"] == {"2": "es_n2", "4": "es"}
     # tuning scored on problems carved from train, the held-out eval on test (Digits: 0..15 vs 100..115)
     assert "crosses zero" in (out / "report.md").read_text()
     for png in ("pass_at_k.png", "entropy.png", "c7_points.png", "c8_coverage.png"):
@@ -84,6 +87,33 @@ def test_a_killed_run_resumes_to_the_same_checksum(tmp_path, monkeypatch):
     resumed = study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
     assert resumed["runs"]["es"]["checksum"] == whole["runs"]["es"]["checksum"]
     assert resumed["runs"]["es"]["steps"] == [4]
+    assert resumed["claims"] == whole["claims"]
+
+
+def test_a_killed_grpo_phase_starts_again_and_reaches_the_same_checksum(tmp_path, monkeypatch):
+    sets = ["--set", OBJECTIVE, "--set", "claims=[C2]", "--set", "tuning.enabled=false", "--set", "budget=32",
+            "--set", "es.sigma=0.05", "--set", "es.lr=0.05", "--set", "grpo.lr=0.01"]
+    spec = load_study_spec("paper-toy", "smoke", [s for s in sets if s != "--set"])
+    whole = study_flow.run_study(spec, out=tmp_path / "whole", quiet=True, log=lambda *a: None)
+    from zoopt.workflows import grpo
+
+    real_step, calls = grpo.GRPOTrainer.step, []
+
+    def dies_at_third_step(self, on_member=None):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_step(self, on_member)
+
+    monkeypatch.setattr(grpo.GRPOTrainer, "step", dies_at_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
+    monkeypatch.setattr(grpo.GRPOTrainer, "step", real_step)
+    assert (tmp_path / "killed" / "runs" / "grpo" / "phase0-grpo").is_dir()
+    assert not (tmp_path / "killed" / "runs" / "grpo" / "result.json").exists()
+    resumed = study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
+    assert resumed["runs"]["grpo"]["checksum"] == whole["runs"]["grpo"]["checksum"]
+    assert resumed["runs"]["grpo"]["checksum"] != resumed["runs"]["base"]["checksum"]  # GRPO moved the weights
     assert resumed["claims"] == whole["claims"]
 
 

@@ -121,11 +121,19 @@ def c5(evals: dict, moved: dict, seed: int = 0) -> dict:
     return {"verdicts": v, "numbers": {"pass@1": {r: evals[r]["summary"]["pass@1"] for r in ("es", "es_two_point")}}}
 
 
-def c6(evals: dict, sizes: list[int], moved: dict, seed: int = 0) -> dict:
-    lo, hi = min(sizes), max(sizes)
-    v = [_compare("C6", f"N={hi} beats N={lo} at equal completions (held-out Pass@1)", evals, f"es_n{hi}",
-                  f"es_n{lo}", "pass@1", moved, ["es"], seed)]
-    return {"verdicts": v, "numbers": {"pass@1": {n: evals[f"es_n{n}"]["summary"]["pass@1"] for n in sizes}}}
+def population_runs(sizes: list[int], es_population: int) -> dict[int, str]:
+    """C6's run per population size N: ``es`` itself where N is its population size (the same
+    configuration, so it is not trained twice), else ``es_n{N}``."""
+    return {int(n): "es" if int(n) == int(es_population) else f"es_n{int(n)}" for n in sizes}
+
+
+def c6(evals: dict, runs: dict[int, str], moved: dict, seed: int = 0) -> dict:
+    """``runs``: :func:`population_runs`."""
+    lo, hi = min(runs), max(runs)
+    v = [_compare("C6", f"N={hi} beats N={lo} at equal completions (held-out Pass@1)", evals, runs[hi],
+                  runs[lo], "pass@1", moved, ["es"], seed)]
+    return {"verdicts": v, "numbers": {"pass@1": {n: evals[r]["summary"]["pass@1"] for n, r in runs.items()},
+                                       "runs": runs}}
 
 
 def c7(evals: dict, ks: list[int], moved: dict, seed: int = 0) -> dict:

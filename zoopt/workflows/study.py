@@ -5,8 +5,8 @@ Stages, each resumable (re-run the same command: what is finished is read back, 
 1. **tuning** (:mod:`zoopt.workflows.tuning`): a grid sweep per method on the validation split
    carved from train; the chosen σ, α (ES) and lr (GRPO) apply to every run below;
 2. **runs**: every method the claims need (``base``, ``es``, ``grpo``; ``es_raw`` and
-   ``es_centered_rank`` for C4; ``es_two_point`` for C5; ``es_n{N}`` for C6; ``es_grpo`` and
-   ``grpo_es`` for C7) is a ``zoopt compare`` method (:func:`zoopt.workflows.compare.plan_methods`
+   ``es_centered_rank`` for C4; ``es_two_point`` for C5; ``es_n{N}`` for C6, ``es`` itself at
+   its own N; ``es_grpo`` and ``grpo_es`` for C7) is a ``zoopt compare`` method (:func:`zoopt.workflows.compare.plan_methods`
    and :func:`~zoopt.workflows.compare.run_method`) at the same ``budget`` of sampled
    completions, evaluated on the same held-out problems (``runs/<name>/eval.json``, per
    problem).  ``runs/<name>/result.json`` marks a finished run, which is skipped.  A killed run
@@ -67,12 +67,19 @@ def methods_for(spec: dict) -> dict[str, list]:
     if "C5" in claims:
         m["es_two_point"] = [{**es, "overrides": {"estimator": "two_point"}}]
     if "C6" in claims:
-        for n in spec["c6"]["population_sizes"]:
-            m[f"es_n{int(n)}"] = [{**es, "overrides": {"population_size": int(n)}}]
+        for n, name in c6_runs(spec).items():
+            if name != "es":
+                m[name] = [{**es, "overrides": {"population_size": n}}]
     if "C7" in claims:
         m["es_grpo"] = [{**es, "budget_fraction": 0.5}, {**grpo, "budget_fraction": 0.5}]
         m["grpo_es"] = [{**grpo, "budget_fraction": 0.5}, {**es, "budget_fraction": 0.5}]
     return m
+
+
+def c6_runs(spec: dict) -> dict[int, str]:
+    """C6's run per population size (:func:`zoopt.study.claims.population_runs`)."""
+    es_population = spec["es"].get("population_size", default_config("train")["population_size"])
+    return C.population_runs(spec["c6"]["population_sizes"], es_population)
 
 
 def compare_config(spec: dict, tuned: dict, root: Path) -> dict:
@@ -254,7 +261,7 @@ def _claims(spec, tuned, evals, results, c3, c8, study_dir) -> dict:
         elif cid == "C5":
             claims[cid] = C.c5(evals, moved, seed)
         elif cid == "C6":
-            claims[cid] = C.c6(evals, [int(n) for n in spec["c6"]["population_sizes"]], moved, seed)
+            claims[cid] = C.c6(evals, c6_runs(spec), moved, seed)
         elif cid == "C7":
             claims[cid] = C.c7(evals, ks, moved, seed)
         else:
