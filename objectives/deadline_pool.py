@@ -2,7 +2,7 @@
 
 Why processes: a time limit inside the calling process cannot stop work that never returns to
 the interpreter.  ``signal.alarm``/``setitimer`` (math-verify's own limit, and
-:func:`zoopt.objective.call_with_timeout`) interrupt Python bytecode only, and a thread cannot
+:func:`zoopt.timeouts.call_with_timeout`) interrupt Python bytecode only, and a thread cannot
 be stopped at all; sympy evaluating ``5^{5^{5^5}}`` sits in one big-integer C call and eats
 memory until it is killed.  So the work runs in a child process, and a child that overruns its
 call's deadline is killed (SIGKILL) and replaced by a fresh one.

@@ -31,7 +31,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from zoopt.objective import Objective, check_split, completion_text, guard_time_left
+from zoopt.objective import Objective, check_split, completion_text
+from zoopt.timeouts import guard_time_left
 from zoopt.registry import resolve_target
 
 from .boxed import MAX_ANSWER_CHARS, normalize

@@ -26,7 +26,8 @@ import secrets
 import warnings
 from typing import Any
 
-from zoopt.objective import Objective, ZooptWarning, completion_text, guard_time_left
+from zoopt.objective import Objective, ZooptWarning, completion_text
+from zoopt.timeouts import guard_time_left
 
 from .sandbox import NETWORK_MODES, SandboxResult, isolation, run_programs
 
@@ -114,7 +115,7 @@ class ProgramTestObjective(Objective):
     * ``timeout_s`` — wall-clock limit of one program; ``batch_timeout_s`` — of the whole
       batch (programs still running then score what they reported; those not started, 0;
       a ZooptWarning says so).
-      When called under :func:`zoopt.objective.score`'s timer, the batch also ends 0.25 s
+      When called under :func:`zoopt.reward_guard.score`'s timer, the batch also ends 0.25 s
       before that timer would fire, so the guard's own fallback is not triggered.
     * ``workers`` — programs at once (default: the CPU count).
     * ``memory_mb``, ``network`` and any other :func:`objectives.sandbox.run_program` option

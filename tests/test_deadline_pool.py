@@ -8,7 +8,7 @@ import pytest
 from objectives.deadline_pool import DeadlinePool
 from objectives.math_checker import CHECK_FILE
 from worker_processes import alive, worker_pids, zombie_children
-from zoopt.objective import call_with_timeout
+from zoopt.timeouts import call_with_timeout
 
 TARGETS = Path(__file__).with_name("deadline_targets.py")
 

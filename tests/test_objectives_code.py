@@ -24,7 +24,8 @@ from objectives.humaneval import HumanEval, load_problems, truncate
 from objectives.mbpp import MBPP, _normalise
 from objectives.program_tests import extract_code
 from objectives.sandbox import SandboxResult
-from zoopt.objective import ZooptWarning, score
+from zoopt.objective import ZooptWarning
+from zoopt.reward_guard import score
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mbpp"
 DATA_FILES = {"train": str(FIXTURE / "train.jsonl"), "test": str(FIXTURE / "test.jsonl")}

@@ -19,7 +19,7 @@ Per-problem records hold the greedy completion's text unless the objective says 
 be published (``objective.publish_text`` False, e.g. GPQA, whose completions may quote the question).
 
 Rewards go through a :class:`zoopt.scoring.Scorer`: in the shape TRL would pass for the
-engine's prompts, under :func:`zoopt.objective.score`'s per-call time limit (a reward that raises
+engine's prompts, under :func:`zoopt.reward_guard.score`'s per-call time limit (a reward that raises
 or hangs scores 0.0 and is counted in ``score_failed``/``score_timed_out``; ``None`` rewards are
 kept and counted in ``score_skipped``); the first failure is shown once, and an evaluation in
 which every reward failed raises :class:`~zoopt.scoring.RewardError` unless
@@ -149,7 +149,7 @@ def evaluate(engine, objective, *, split: str = "test", n_problems: int | None =
 
     ``progress``: ``None``, ``True`` (a rich progress bar) or a callable
     ``(stage, done, total)``.  ``timeout_s`` limits each reward call (see
-    :func:`zoopt.objective.score`); ``reward_errors``: see :mod:`zoopt.scoring`.
+    :func:`zoopt.reward_guard.score`); ``reward_errors``: see :mod:`zoopt.scoring`.
     """
     ks = sorted({int(k) for k in ks})
     if n_samples is not None:

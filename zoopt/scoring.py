@@ -16,7 +16,7 @@ batch as strings.  zoopt does the same for the prompts as the engine feeds them 
 ``completion_text(c)`` to ``reward``), so zoopt's own objectives do not care.
 
 **Loud failures.** A reward function never crashes a step by raising on some completions:
-:func:`zoopt.objective.score` scores those 0.0 and counts them.  But a reward that fails
+:func:`zoopt.reward_guard.score` scores those 0.0 and counts them.  But a reward that fails
 silently on everything trains on zeros, so a :class:`Scorer`
 
 * shows the first failure of each reward function once, with its message (a :class:`RewardWarning`;
@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .objective import ScoreResult, ZooptWarning, score
+from .objective import ZooptWarning
+from .reward_guard import ScoreResult, score
 from .reward_functions import RewardFunctions, weighted_sum
 
 REWARD_ERRORS = ("raise", "zero")
@@ -132,7 +133,7 @@ class Scorer:
     """Scores a run's completions with ``objective`` (see the module doc).
 
     ``engine`` decides the shape of the inputs (:func:`chat_engine`, its ``system_prompt``);
-    ``chat`` overrides that.  ``timeout_s`` limits each reward call (:func:`zoopt.objective.score`).
+    ``chat`` overrides that.  ``timeout_s`` limits each reward call (:func:`zoopt.reward_guard.score`).
     Call :meth:`start` before a step's first :meth:`score` and :meth:`finish` after its last.
     ``warn(message)`` shows the first failure (default: a :class:`RewardWarning`).
 

@@ -34,7 +34,7 @@ from ..checkpoint import SeedLog
 from ..config import ConfigError
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
-from ..objective import mean_reward
+from ..reward_guard import mean_reward
 from ..scoring import Scorer
 from ..progress import TrainProgress
 from ..registry import ENGINES
