@@ -12,13 +12,10 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from zoopt.config import ConfigError, absolute_paths, load_config, merge, set_dotted
+from zoopt.config import ConfigError, absolute_paths, load_config, merge, packaged_yaml, read_yaml_spec, set_dotted
 
 from .samplers import build_pruner, build_sampler
 from .space import Param, SpecError, parse_param
@@ -112,8 +109,7 @@ class SweepSpec:
 
 
 def packaged_spec(name: str) -> Path | None:
-    path = resources.files("sweeps").joinpath("specs", f"{name}.yaml")
-    return Path(str(path)) if path.is_file() else None
+    return packaged_yaml("sweeps", "specs", name)
 
 
 def load_spec(source: str | Path | dict | SweepSpec) -> SweepSpec:
@@ -122,15 +118,7 @@ def load_spec(source: str | Path | dict | SweepSpec) -> SweepSpec:
         return source
     if isinstance(source, dict):
         return parse_spec(source, name="sweep", root=Path.cwd())
-    path = Path(source)
-    if not path.is_file():
-        packaged = packaged_spec(str(source)) if re.fullmatch(r"[A-Za-z0-9_-]+", str(source)) else None
-        if packaged is None:
-            raise SpecError(f"spec file not found: {source}")
-        path = packaged
-    raw = yaml.safe_load(path.read_text())
-    if not isinstance(raw, dict):
-        raise SpecError(f"spec {path} must hold a mapping, got {type(raw).__name__}")
+    path, raw = read_yaml_spec(source, "sweeps", "specs", "spec file", error=SpecError)
     return parse_spec(raw, name=path.stem, root=path.parent)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Collection, Iterable
@@ -127,3 +128,30 @@ def set_dotted(config: dict, key: str, value: Any, optional: Collection[str] = O
                 set_dotted(config, f"{dotted}.{k}", v, optional)
         else:
             node[part] = copy.deepcopy(value)
+
+
+def packaged_yaml(package: str, folder: str, name: str) -> Path | None:
+    """The YAML file ``<package>/<folder>/<name>.yaml`` shipped in a package, or None (also for a
+    ``name`` that is not a bare ``[A-Za-z0-9_-]+`` word)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+        return None
+    path = resources.files(package).joinpath(folder).joinpath(f"{name}.yaml")
+    return Path(str(path)) if path.is_file() else None
+
+
+def read_yaml_spec(source: str | Path, package: str, folder: str, kind: str, error: type[Exception] = ConfigError,
+                   not_found_hint: str = "") -> tuple[Path, dict]:
+    """``(path, mapping)`` of a spec file: ``source`` as a path, else the packaged
+    :func:`packaged_yaml` of that name (``zoopt study`` specs, sweep specs).  A one-line
+    ``error`` when neither exists (``"{kind} not found: {source}{not_found_hint}"``) or when the
+    file does not hold a mapping."""
+    path = Path(source)
+    if not path.is_file():
+        packaged = packaged_yaml(package, folder, str(source))
+        if packaged is None:
+            raise error(f"{kind} not found: {source}{not_found_hint}")
+        path = packaged
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict):
+        raise error(f"{kind} {path} must hold a mapping, got {type(raw).__name__}")
+    return path, raw

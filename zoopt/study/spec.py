@@ -12,13 +12,12 @@ exist in ``study.yaml``: an unknown key, an unknown claim or profile is a one-li
 from __future__ import annotations
 
 import copy
-import re
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from ..config import ConfigError, absolute_paths, config_items, set_dotted
+from ..config import ConfigError, absolute_paths, config_items, packaged_yaml, read_yaml_spec, set_dotted
 
 CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8")
 OPEN = ("es", "grpo", "tuning.es", "tuning.grpo", "profiles", "objective_args", "engine_args")
@@ -30,21 +29,13 @@ def defaults() -> dict:
 
 
 def shipped_path(name: str) -> Path | None:
-    path = resources.files("zoopt.configs").joinpath("studies").joinpath(f"{name}.yaml")
-    return Path(str(path)) if path.is_file() else None
+    return packaged_yaml("zoopt.configs", "studies", name)
 
 
 def load_study_spec(source: str | Path, profile: str | None = None, overrides=()) -> dict:
     """The spec of ``source`` with ``profile`` and ``overrides`` applied (module docstring)."""
-    path = Path(source)
-    if not path.is_file():
-        shipped = shipped_path(str(source)) if re.fullmatch(r"[A-Za-z0-9_-]+", str(source)) else None
-        if shipped is None:
-            raise ConfigError(f"study spec not found: {source} (shipped: {', '.join(SHIPPED)})")
-        path = shipped
-    raw = yaml.safe_load(path.read_text())
-    if not isinstance(raw, dict):
-        raise ConfigError(f"study spec {path} must hold a mapping, got {type(raw).__name__}")
+    path, raw = read_yaml_spec(source, "zoopt.configs", "studies", "study spec",
+                               not_found_hint=f" (shipped: {', '.join(SHIPPED)})")
     spec = defaults()
     spec["name"] = path.stem
     apply(spec, raw.items())
