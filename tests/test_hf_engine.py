@@ -60,6 +60,31 @@ def test_sampling_n_seeds_and_batching(engine):
     assert tokens(small.generate(PROMPTS[:3], s)) == tokens(a)
 
 
+def test_a_prompts_samples_share_one_prefill_and_equal_prefilling_every_row(engine):
+    """generate(n > 1) prefills each prompt once and fans the KV cache out to its n rows; the
+    completions equal those of prefilling all rows (tokens exactly, log-probs to rounding)."""
+    s = Sampling(temperature=1.0, max_new_tokens=10, n=3, seed=4, logprobs=True)
+    encoded = [engine.encode(p) for p in PROMPTS[:4]]
+    keys = [(i, j) for i in range(4) for j in range(3)]
+    prompts = [encoded[i] for i, _ in keys]
+    calls = []
+    hook = engine.module.register_forward_pre_hook(lambda mod, args, kw: calls.append(kw["input_ids"].shape),
+                                                   with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            every_row = engine._generate_batch(prompts, keys, s)
+            shared = engine._generate_batch(prompts, keys, s, groups=[i for i, _ in keys])
+    finally:
+        hook.remove()
+    prefills = [shape for shape in calls if shape[1] > 1]
+    assert [shape[0] for shape in prefills] == [12, 4]  # 12 rows prefilled, then 4 distinct prompts
+    assert [c.token_ids for c in shared] == [c.token_ids for c in every_row]
+    for a, b in zip(shared, every_row):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert len({tuple(c.token_ids) for c in shared[:3]}) > 1  # a prompt's samples still differ
+    assert tokens(engine.generate(PROMPTS[:4], s)) == [[c.token_ids for c in shared[3 * i:3 * i + 3]] for i in range(4)]
+
+
 def test_generate_leaves_global_rng_alone(engine):
     state = torch.get_rng_state()
     engine.generate(PROMPTS, Sampling(temperature=0.8, top_p=0.9, max_new_tokens=8, n=2))

@@ -107,7 +107,9 @@ class HFEngine(ModuleEngine, Engine):
         with torch.inference_mode():
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start : start + self.batch_size]
-                for (i, j), c in zip(chunk, self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling)):
+                groups = [i for i, _ in chunk] if sampling.n > 1 else None  # a prompt's samples share a prefill
+                out = self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling, groups)
+                for (i, j), c in zip(chunk, out):
                     results[i][j] = c
         self.stats.record(results, t0)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
@@ -159,11 +161,27 @@ class HFEngine(ModuleEngine, Engine):
         return results
 
     def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]],
-                        sampling: Sampling) -> list[Completion]:
+                        sampling: Sampling, groups: list[int] | None = None) -> list[Completion]:
+        """Decode one micro-batch; row b samples with the uniform stream ``keys[b]``.
+
+        ``groups``: rows with the same group id hold the same prompt at the same weights (the n
+        samples of one prompt); their prompt is prefilled once and the KV cache fanned out to
+        each row (``Cache.reorder_cache``), which saves the prefill — most of a short-answer
+        generation's compute — n − 1 times.  Equal to prefilling every row up to rounding.
+        """
         device, B, T = self.device, len(prompts), sampling.max_new_tokens
+        fan_out = None
+        if groups is not None:
+            first: dict[int, int] = {}
+            rows_of = [first.setdefault(g, b) for b, g in enumerate(groups)]
+            if len(first) < B:
+                unique = sorted(first.values())
+                position = {b: k for k, b in enumerate(unique)}
+                fan_out = torch.tensor([position[b] for b in rows_of], device=device)
+                prompts = [prompts[b] for b in unique]
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((B, width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((B, width), dtype=torch.long)
+        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for b, p in enumerate(prompts):
             if p:
                 input_ids[b, width - len(p):] = torch.tensor(p)
@@ -180,6 +198,9 @@ class HFEngine(ModuleEngine, Engine):
             out = self.module(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                               use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
             cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :].float()
+            if t == 0 and fan_out is not None:  # one prefill per distinct prompt: fan out to its rows
+                cache.reorder_cache(fan_out)
+                logits, mask, positions = logits[fan_out], mask[fan_out], positions[fan_out]
             if sampling.greedy:
                 token = logits.argmax(-1)
             else:

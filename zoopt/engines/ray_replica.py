@@ -231,7 +231,7 @@ def generate_from(engine, prompts: Sequence, sampling: Sampling, first_index: in
 
     HFEngine draws sample j of prompt p from the stream ``(sampling.seed, p, j)``, p counted
     within the call.  The engine contract has no offset, so for an ``HFEngine`` this shifts the
-    keys its decoding loop receives (``_generate_batch(prompts, keys, sampling)``); greedy
+    keys its decoding loop receives (``_generate_batch(prompts, keys, sampling, ...)``); greedy
     decoding needs no shift.  Other engines are only called with ``first_index == 0``.
     """
     if first_index == 0 or sampling.greedy:
@@ -241,7 +241,7 @@ def generate_from(engine, prompts: Sequence, sampling: Sampling, first_index: in
     if not isinstance(engine, HFEngine):
         raise ValueError(f"{type(engine).__name__} cannot sample from a prompt offset")
     batch = engine._generate_batch
-    engine._generate_batch = lambda p, keys, s: batch(p, [(i + first_index, j) for i, j in keys], s)
+    engine._generate_batch = lambda p, keys, s, *rest: batch(p, [(i + first_index, j) for i, j in keys], s, *rest)
     try:
         return engine.generate(prompts, sampling)
     finally:
