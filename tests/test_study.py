@@ -117,6 +117,30 @@ def test_a_killed_grpo_phase_starts_again_and_reaches_the_same_checksum(tmp_path
     assert resumed["claims"] == whole["claims"]
 
 
+def test_a_tuning_trial_killed_midway_runs_again_on_resume(tmp_path, monkeypatch):
+    sets = ["--set", OBJECTIVE, "--set", "claims=[C5]"]
+    spec = load_study_spec("paper-toy", "smoke", [s for s in sets if s != "--set"])
+    from zoopt.workflows import train
+
+    real_step, calls = train.Trainer.step, []
+
+    def dies_in_the_second_trial(self, on_member=None):
+        calls.append(1)
+        if len(calls) == 3:  # a trial is 2 steps: the second trial's first step
+            raise KeyboardInterrupt("killed")
+        return real_step(self, on_member)
+
+    monkeypatch.setattr(train.Trainer, "step", dies_in_the_second_trial)
+    with pytest.raises(KeyboardInterrupt):
+        study_flow.run_study(spec, out=tmp_path / "s", quiet=True, log=lambda *a: None)
+    monkeypatch.setattr(train.Trainer, "step", real_step)
+    report = study_flow.run_study(spec, out=tmp_path / "s", quiet=True, log=lambda *a: None)
+    trials = report["tuning"]["es"]["trials"]
+    assert sorted(t["params"]["lr"] for t in trials) == [0.01, 0.05]  # both grid points, none twice
+    choice = json.loads((tmp_path / "s" / "tuning" / "es" / "choice.json").read_text())
+    assert len(choice["trials"]) == 2 and choice["failed_trials"] == [1]
+
+
 @pytest.mark.parametrize("sets,message", [
     (["claims=[C1, C9]"], "claims: unknown claim 'C9'"),
     (["tunning.budget=3"], "unknown config key 'tunning'; did you mean 'tuning'?"),

@@ -11,7 +11,8 @@ The choice: the trial with the highest ``tuning.metric`` (ties: the earlier tria
 **moved** when some trial's validation metric differs from the base model's on the same
 problems; one that did not move under any tried setting is reported as such, and the study
 draws no verdict from it.  Resumable: the sweep's own storage keeps finished trials; only the
-missing grid points run again, and ``tuning/<method>/choice.json`` marks a finished stage.
+missing grid points run again (a trial the kill interrupted is queued again,
+:func:`requeue_interrupted`), and ``tuning/<method>/choice.json`` marks a finished stage.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def tune(spec: dict, method: str, out: Path, base_value: float | None) -> dict:
     finished = 0
     if (study_dir / "study.db").exists():
         stored = optuna.load_study(study_name=sweep["name"], storage=url)
+        requeue_interrupted(stored)
         finished = sum(t.state == optuna.trial.TrialState.COMPLETE for t in stored.trials)
     study = run_sweep(sweep, n_trials=max(0, sweep["n_trials"] - finished), run_root=out / method, report=False)
     metric = spec["tuning"]["metric"]
@@ -97,6 +99,29 @@ def tune(spec: dict, method: str, out: Path, base_value: float | None) -> dict:
               "note": "" if moved else why}
     done.write_text(json.dumps(record, indent=2))
     return record
+
+
+def requeue_interrupted(study) -> list[dict]:
+    """Queue again the grid points of trials a killed study left unfinished; their params.
+
+    A trial is unfinished when it is RUNNING (``zoopt study`` runs its sweeps in this one
+    process, so none is alive when a stage starts: its process was killed) or FAIL without an
+    ``error`` attr (interrupted, e.g. by Ctrl-C, rather than failed by its own error).  The
+    grid sampler counts such points as visited and would never run them again; an enqueued
+    trial runs them with fixed params (a new trial directory; the old one stays).  A point that
+    is already complete or queued is not queued twice."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    taken = [t.params for t in study.trials if t.state in (state.COMPLETE, state.WAITING)]
+    queued = []
+    for t in study.trials:
+        interrupted = t.state == state.RUNNING or (t.state == state.FAIL and "error" not in t.user_attrs)
+        if interrupted and t.params and t.params not in taken:
+            study.enqueue_trial(t.params)
+            taken.append(t.params)
+            queued.append(t.params)
+    return queued
 
 
 def untuned(spec: dict, method: str) -> dict:
