@@ -63,78 +63,65 @@ def test_smoke_study_runs_every_claim_and_resumes_without_rerunning(tmp_path, mo
     assert again["runs"] == report["runs"] and again["claims"] == report["claims"]
 
 
-def test_a_killed_run_resumes_to_the_same_checksum(tmp_path, monkeypatch):
-    sets = ["--set", OBJECTIVE, "--set", "claims=[C5]", "--set", "tuning.enabled=false", "--set", "budget=32",
-            "--set", "es.sigma=0.05", "--set", "es.lr=0.05"]
-    spec = load_study_spec("paper-toy", "smoke", [s for s in sets if s != "--set"])
-    whole = study_flow.run_study(spec, out=tmp_path / "whole", quiet=True, log=lambda *a: None)
-    from zoopt.workflows import train
+def smoke_spec(*sets: str) -> dict:
+    return load_study_spec("paper-toy", "smoke", [OBJECTIVE, *sets])
 
-    real_step, calls = train.Trainer.step, []
 
-    def dies_at_third_step(self, on_member=None):
+def quiet_study(spec: dict, out: Path) -> dict:
+    return study_flow.run_study(spec, out=out, quiet=True, log=lambda *a: None)
+
+
+def killed_study(spec: dict, out: Path, trainer: type, at_step: int, monkeypatch) -> None:
+    """Run the study with ``trainer.step`` raising KeyboardInterrupt at its ``at_step``-th call."""
+    real_step, calls = trainer.step, []
+
+    def dies(self, on_member=None):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == at_step:
             raise KeyboardInterrupt("killed")
         return real_step(self, on_member)
 
-    monkeypatch.setattr(train.Trainer, "step", dies_at_third_step)
+    monkeypatch.setattr(trainer, "step", dies)
     with pytest.raises(KeyboardInterrupt):
-        study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
-    monkeypatch.setattr(train.Trainer, "step", real_step)
+        quiet_study(spec, out)
+    monkeypatch.setattr(trainer, "step", real_step)
+
+
+def test_a_killed_run_resumes_to_the_same_checksum(tmp_path, monkeypatch):
+    from zoopt.workflows.train import Trainer
+
+    spec = smoke_spec("claims=[C5]", "tuning.enabled=false", "budget=32", "es.sigma=0.05", "es.lr=0.05")
+    whole = quiet_study(spec, tmp_path / "whole")
+    killed_study(spec, tmp_path / "killed", Trainer, 3, monkeypatch)
     seedlog = json.loads((tmp_path / "killed" / "runs" / "es" / "phase0-es" / "seedlog.json").read_text())
     assert len(seedlog["updates"]) == 2  # 4 steps planned, killed after 2
-    resumed = study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
+    resumed = quiet_study(spec, tmp_path / "killed")
     assert resumed["runs"]["es"]["checksum"] == whole["runs"]["es"]["checksum"]
     assert resumed["runs"]["es"]["steps"] == [4]
     assert resumed["claims"] == whole["claims"]
 
 
 def test_a_killed_grpo_phase_starts_again_and_reaches_the_same_checksum(tmp_path, monkeypatch):
-    sets = ["--set", OBJECTIVE, "--set", "claims=[C2]", "--set", "tuning.enabled=false", "--set", "budget=32",
-            "--set", "es.sigma=0.05", "--set", "es.lr=0.05", "--set", "grpo.lr=0.01"]
-    spec = load_study_spec("paper-toy", "smoke", [s for s in sets if s != "--set"])
-    whole = study_flow.run_study(spec, out=tmp_path / "whole", quiet=True, log=lambda *a: None)
-    from zoopt.workflows import grpo
+    from zoopt.workflows.grpo import GRPOTrainer
 
-    real_step, calls = grpo.GRPOTrainer.step, []
-
-    def dies_at_third_step(self, on_member=None):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt("killed")
-        return real_step(self, on_member)
-
-    monkeypatch.setattr(grpo.GRPOTrainer, "step", dies_at_third_step)
-    with pytest.raises(KeyboardInterrupt):
-        study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
-    monkeypatch.setattr(grpo.GRPOTrainer, "step", real_step)
+    spec = smoke_spec("claims=[C2]", "tuning.enabled=false", "budget=32", "es.sigma=0.05", "es.lr=0.05",
+                      "grpo.lr=0.01")
+    whole = quiet_study(spec, tmp_path / "whole")
+    killed_study(spec, tmp_path / "killed", GRPOTrainer, 3, monkeypatch)
     assert (tmp_path / "killed" / "runs" / "grpo" / "phase0-grpo").is_dir()
     assert not (tmp_path / "killed" / "runs" / "grpo" / "result.json").exists()
-    resumed = study_flow.run_study(spec, out=tmp_path / "killed", quiet=True, log=lambda *a: None)
+    resumed = quiet_study(spec, tmp_path / "killed")
     assert resumed["runs"]["grpo"]["checksum"] == whole["runs"]["grpo"]["checksum"]
     assert resumed["runs"]["grpo"]["checksum"] != resumed["runs"]["base"]["checksum"]  # GRPO moved the weights
     assert resumed["claims"] == whole["claims"]
 
 
 def test_a_tuning_trial_killed_midway_runs_again_on_resume(tmp_path, monkeypatch):
-    sets = ["--set", OBJECTIVE, "--set", "claims=[C5]"]
-    spec = load_study_spec("paper-toy", "smoke", [s for s in sets if s != "--set"])
-    from zoopt.workflows import train
+    from zoopt.workflows.train import Trainer
 
-    real_step, calls = train.Trainer.step, []
-
-    def dies_in_the_second_trial(self, on_member=None):
-        calls.append(1)
-        if len(calls) == 3:  # a trial is 2 steps: the second trial's first step
-            raise KeyboardInterrupt("killed")
-        return real_step(self, on_member)
-
-    monkeypatch.setattr(train.Trainer, "step", dies_in_the_second_trial)
-    with pytest.raises(KeyboardInterrupt):
-        study_flow.run_study(spec, out=tmp_path / "s", quiet=True, log=lambda *a: None)
-    monkeypatch.setattr(train.Trainer, "step", real_step)
-    report = study_flow.run_study(spec, out=tmp_path / "s", quiet=True, log=lambda *a: None)
+    spec = smoke_spec("claims=[C5]")
+    killed_study(spec, tmp_path / "s", Trainer, 3, monkeypatch)  # a trial is 2 steps: the second trial's first
+    report = quiet_study(spec, tmp_path / "s")
     trials = report["tuning"]["es"]["trials"]
     assert sorted(t["params"]["lr"] for t in trials) == [0.01, 0.05]  # both grid points, none twice
     choice = json.loads((tmp_path / "s" / "tuning" / "es" / "choice.json").read_text())
