@@ -9,7 +9,7 @@ import torch
 
 from zoopt import Gaussian
 from zoopt.engines.base import Engine, Sampling
-from zoopt.engines.hf import HFEngine, _sample
+from zoopt.engines.hf import MIN_SHARED_PREFIX, HFEngine, _sample, shared_prefix
 from zoopt.engines.module import ModuleEngine
 from zoopt.models import load_model
 
@@ -83,6 +83,39 @@ def test_a_prompts_samples_share_one_prefill_and_equal_prefilling_every_row(engi
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     assert len({tuple(c.token_ids) for c in shared[:3]}) > 1  # a prompt's samples still differ
     assert tokens(engine.generate(PROMPTS[:4], s)) == [[c.token_ids for c in shared[3 * i:3 * i + 3]] for i in range(4)]
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, Sampling(temperature=1.0, max_new_tokens=10, n=2, seed=9, logprobs=True)])
+def test_a_common_prompt_prefix_is_prefilled_once_and_changes_no_completion(engine, sampling):
+    """Prompts that share a head (a chat template's system turn) prefill it once for the batch;
+    each completion equals that of the same row with nothing shared (every row prefilled whole)."""
+    prompts = [f"Answer in one word, please. {q}" for q in ("12 + 34 =", "7*8=", "hello", "The answer is (")]
+    encoded = [engine.encode(p) for p in prompts]
+    assert shared_prefix(encoded) == len(engine.encode("Answer in one word, please. ")) >= MIN_SHARED_PREFIX
+    shapes = []
+    hook = engine.module.register_forward_pre_hook(lambda mod, args, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                                   with_kwargs=True)
+    try:
+        together = engine.generate(prompts, sampling)
+    finally:
+        hook.remove()
+    assert shapes[0] == (1, shared_prefix(encoded))  # the prefix ran once, for 4 × n rows
+    keys = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
+    with torch.inference_mode():
+        whole = engine._generate_batch([encoded[i] for i, _ in keys], keys, sampling)  # groups=None: no sharing
+    for (i, j), ref in zip(keys, whole):
+        assert together[i][j].token_ids == ref.token_ids
+        if sampling.logprobs:
+            assert together[i][j].logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+    if sampling.greedy:  # and, greedy, equal to each prompt generated alone
+        assert tokens(together) == [tokens(engine.generate([p], sampling))[0] for p in prompts]
+
+
+def test_shared_prefix_leaves_every_row_a_token_of_its_own():
+    head = list(range(10))
+    assert shared_prefix([head + [1], head + [2, 3]]) == 10
+    assert shared_prefix([head, head + [2, 3]]) == 9  # a whole prompt: its last token stays its own
+    assert shared_prefix([head + [1]]) == 0 and shared_prefix([[1, 2, 3, 4] + [5], [1, 2, 3, 4, 6]]) == 0
 
 
 def test_generate_leaves_global_rng_alone(engine):

@@ -107,8 +107,7 @@ class HFEngine(ModuleEngine, Engine):
         with torch.inference_mode():
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start : start + self.batch_size]
-                groups = [i for i, _ in chunk] if sampling.n > 1 else None  # a prompt's samples share a prefill
-                out = self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling, groups)
+                out = self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling, [i for i, _ in chunk])
                 for (i, j), c in zip(chunk, out):
                     results[i][j] = c
         self.stats.record(results, t0)  # type: ignore[arg-type]
@@ -164,13 +163,20 @@ class HFEngine(ModuleEngine, Engine):
                         sampling: Sampling, groups: list[int] | None = None) -> list[Completion]:
         """Decode one micro-batch; row b samples with the uniform stream ``keys[b]``.
 
-        ``groups``: rows with the same group id hold the same prompt at the same weights (the n
-        samples of one prompt); their prompt is prefilled once and the KV cache fanned out to
-        each row (``Cache.reorder_cache``), which saves the prefill — most of a short-answer
-        generation's compute — n − 1 times.  Equal to prefilling every row up to rounding.
+        ``groups`` (``generate``; None for the batched population, whose rows run at different
+        weights): every row runs at the same weights, and rows with the same group id hold the
+        same prompt (the n samples of one prompt).  Then the prefill is shared twice over:
+
+        * the prompt tokens all rows begin with (a chat template's system turn: most of a short
+          question's tokens) run once, and their KV cache is fanned out to every row;
+        * each distinct prompt's remaining tokens run once, fanned out to its n rows.
+
+        Row b attends to the same keys at the same positions as when its whole prompt is
+        prefilled alone (the pads between shared prefix and its own tokens are masked), so the
+        result equals per-row prefill up to rounding (``tests/test_hf_engine.py``).
         """
         device, B, T = self.device, len(prompts), sampling.max_new_tokens
-        fan_out = None
+        fan_out, cache, prefix = None, None, 0
         if groups is not None:
             first: dict[int, int] = {}
             rows_of = [first.setdefault(g, b) for b, g in enumerate(groups)]
@@ -179,6 +185,10 @@ class HFEngine(ModuleEngine, Engine):
                 position = {b: k for k, b in enumerate(unique)}
                 fan_out = torch.tensor([position[b] for b in rows_of], device=device)
                 prompts = [prompts[b] for b in unique]
+            prefix = shared_prefix(prompts)
+            if prefix:
+                cache = self._prefill_prefix(prompts[0][:prefix], len(prompts))
+                prompts = [p[prefix:] for p in prompts]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -187,13 +197,14 @@ class HFEngine(ModuleEngine, Engine):
                 input_ids[b, width - len(p):] = torch.tensor(p)
                 mask[b, width - len(p):] = 1
         input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0) + prefix
+        if prefix:
+            mask = torch.cat([mask.new_ones(len(prompts), prefix), mask], dim=1)
         uniforms = None if sampling.greedy else _uniforms(sampling.seed, keys, T).to(device)
         stop = torch.tensor(sorted(self.stop_ids), device=device)
 
         tokens, logps, ents = [], [], []
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        cache = None
         for t in range(T):
             out = self.module(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                               use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
@@ -218,6 +229,15 @@ class HFEngine(ModuleEngine, Engine):
             mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
             positions = positions[:, -1:] + 1
         return self._completions(torch.stack(tokens, 1), logps, ents)
+
+    def _prefill_prefix(self, prefix: list[int], rows: int):
+        """The KV cache of ``prefix`` (positions 0 … L−1), run once and fanned out to ``rows`` rows."""
+        ids = torch.tensor([prefix], device=self.device)
+        out = self.module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(
+            len(prefix), device=self.device)[None], use_cache=True, logits_to_keep=1, **{self._cache_arg: None})
+        cache = getattr(out, self._cache_arg)
+        cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))
+        return cache
 
     def _completions(self, tokens: torch.Tensor, logps: list, ents: list) -> list[Completion]:
         tokens = tokens.cpu().tolist()
@@ -251,6 +271,23 @@ class HFEngine(ModuleEngine, Engine):
             self.tokenizer.save_pretrained(str(tmp))
         directory = Path(directory).absolute()
         return directory
+
+
+MIN_SHARED_PREFIX = 8  # tokens: below this an extra forward costs more than it saves
+
+
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt shares and can be prefilled once: the longest
+    common prefix, less one where it is a whole prompt (every row keeps a token of its own,
+    whose logits start its decoding); 0 for one prompt or fewer than ``MIN_SHARED_PREFIX``."""
+    if len(prompts) < 2:
+        return 0
+    shortest = min(len(p) for p in prompts)
+    n = 0
+    while n < shortest and all(p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    n = min(n, shortest - 1)
+    return n if n >= MIN_SHARED_PREFIX else 0
 
 
 def _cache_argument(model) -> str:
