@@ -16,7 +16,8 @@ import torch
 import engine_conformance as conformance
 from engine_conformance import LLMEngineConformance
 from zoopt.engines.batched import BatchedLowRank, RowLayout
-from zoopt.engines.hf import HFEngine
+from zoopt.engines.base import Sampling
+from zoopt.engines.hf import MIN_SHARED_PREFIX, HFEngine, shared_prefix
 from zoopt.models import tiny_tokenizer
 from zoopt.noise import Gaussian, LowRank
 from zoopt.types import Member, Population, Update
@@ -147,6 +148,33 @@ def test_generate_population_equals_sequential_greedy_tokens(tied):
     assert len({str(w) for w in want}) > 1, "members' outputs do not differ"
     assert batched.population_path(noise) == "batched" and sequential.population_path(noise) == "sequential"
     assert batched.stats.sequences == len(POP) * len(PROMPTS)
+
+
+def test_a_shared_prompt_head_runs_once_per_member_and_changes_nothing():
+    """Prompts with a common head (a chat template's system turn): each micro-batch prefills the
+    head once per member in it; sampled tokens and log-probs equal the dense float64 members'."""
+    model, tok = tiny64(True)
+    batched = HFEngine(model, tok, batch_size=6)  # micro-batches that cut across members
+    prompts = [f"Answer in one word, please. {p}" for p in PROMPTS]
+    head = shared_prefix([batched.encode(p) for p in prompts])
+    assert head >= MIN_SHARED_PREFIX
+    sampling = Sampling(temperature=1.0, max_new_tokens=6, n=2, seed=5, logprobs=True)
+    noise = LowRank(rank=1)
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        got = batched.generate_population(noise, POP, prompts, sampling)
+    finally:
+        hook.remove()
+    heads = [rows for rows, width in shapes if width == head]
+    assert heads and sum(heads) < len(POP) * len(prompts) * sampling.n and all(rows <= len(POP) for rows in heads)
+    for i, member in enumerate(POP.members):
+        ref = HFEngine(dense_member(model, noise, member.seed, POP.scale(i)), tok).generate(prompts, sampling)
+        assert conformance.tokens(got[i]) == conformance.tokens(ref)
+        for row, want in zip(got[i], ref):
+            for a, b in zip(row, want):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
 
 
 def test_fast_low_rank_apply_equals_the_dense_sum():

@@ -73,7 +73,8 @@ def test_a_prompts_samples_share_one_prefill_and_equal_prefilling_every_row(engi
     try:
         with torch.inference_mode():
             every_row = engine._generate_batch(prompts, keys, s)
-            shared = engine._generate_batch(prompts, keys, s, groups=[i for i, _ in keys])
+            shared = engine._generate_batch(prompts, keys, s, prompt_of=[i for i, _ in keys],
+                                            weights_of=[0] * len(keys))
     finally:
         hook.remove()
     prefills = [shape for shape in calls if shape[1] > 1]
@@ -102,7 +103,7 @@ def test_a_common_prompt_prefix_is_prefilled_once_and_changes_no_completion(engi
     assert shapes[0] == (1, shared_prefix(encoded))  # the prefix ran once, for 4 × n rows
     keys = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
     with torch.inference_mode():
-        whole = engine._generate_batch([encoded[i] for i, _ in keys], keys, sampling)  # groups=None: no sharing
+        whole = engine._generate_batch([encoded[i] for i, _ in keys], keys, sampling)  # nothing shared
     for (i, j), ref in zip(keys, whole):
         assert together[i][j].token_ids == ref.token_ids
         if sampling.logprobs:

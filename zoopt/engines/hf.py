@@ -22,9 +22,10 @@ a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise a
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
@@ -107,7 +108,8 @@ class HFEngine(ModuleEngine, Engine):
         with torch.inference_mode():
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start : start + self.batch_size]
-                out = self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling, [i for i, _ in chunk])
+                out = self._generate_batch([encoded[i] for i, _ in chunk], chunk, sampling,
+                                           prompt_of=[i for i, _ in chunk], weights_of=[0] * len(chunk))
                 for (i, j), c in zip(chunk, out):
                     results[i][j] = c
         self.stats.record(results, t0)  # type: ignore[arg-type]
@@ -149,8 +151,9 @@ class HFEngine(ModuleEngine, Engine):
         with torch.inference_mode():
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start : start + self.batch_size]
-                with batch.rows([i for i, _, _ in chunk]):
-                    out = self._generate_batch([encoded[p] for _, p, _ in chunk], [(p, j) for _, p, j in chunk], sampling)
+                out = self._generate_batch([encoded[p] for _, p, _ in chunk], [(p, j) for _, p, j in chunk], sampling,
+                                           prompt_of=[(i, p) for i, p, _ in chunk],
+                                           weights_of=[i for i, _, _ in chunk], at_weights=batch.rows)
                 for (i, p, j), c in zip(chunk, out):
                     results[i][p][j] = c
         self.stats.record([per_prompt for member in results for per_prompt in member], t0)
@@ -159,35 +162,42 @@ class HFEngine(ModuleEngine, Engine):
                 on_member(i, member)
         return results
 
-    def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]],
-                        sampling: Sampling, groups: list[int] | None = None) -> list[Completion]:
+    def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]], sampling: Sampling,
+                        prompt_of: list | None = None, weights_of: list | None = None,
+                        at_weights: Callable[[list], ContextManager] | None = None) -> list[Completion]:
         """Decode one micro-batch; row b samples with the uniform stream ``keys[b]``.
 
-        ``groups`` (``generate``; None for the batched population, whose rows run at different
-        weights): every row runs at the same weights, and rows with the same group id hold the
-        same prompt (the n samples of one prompt).  Then the prefill is shared twice over:
+        Sharing (given ``prompt_of`` and ``weights_of``; without them every row is prefilled
+        whole): row b runs at the weights ``weights_of[b]`` (``generate``: all the same; the
+        batched population: its member), and rows with the same ``prompt_of`` id hold the same
+        prompt at the same weights (the n samples of one prompt).  ``at_weights(ids)`` is the
+        context in which row k of a forward runs at weights ``ids[k]`` (the batched population's
+        hooks; by default nothing is needed).  The prefill is then shared twice over:
 
         * the prompt tokens all rows begin with (a chat template's system turn: most of a short
-          question's tokens) run once, and their KV cache is fanned out to every row;
+          question's tokens) run once per distinct weights, their KV cache fanned out to the rows;
         * each distinct prompt's remaining tokens run once, fanned out to its n rows.
 
         Row b attends to the same keys at the same positions as when its whole prompt is
         prefilled alone (the pads between shared prefix and its own tokens are masked), so the
-        result equals per-row prefill up to rounding (``tests/test_hf_engine.py``).
+        result equals per-row prefill up to rounding (``tests/test_hf_engine.py``,
+        ``tests/test_batched_population.py``).
         """
         device, B, T = self.device, len(prompts), sampling.max_new_tokens
-        fan_out, cache, prefix = None, None, 0
-        if groups is not None:
-            first: dict[int, int] = {}
-            rows_of = [first.setdefault(g, b) for b, g in enumerate(groups)]
+        at_weights = at_weights or (lambda ids: contextlib.nullcontext())
+        weights_all = list(weights_of) if weights_of is not None else [0] * B
+        fan_out, cache, prefix, weights_first = None, None, 0, weights_all
+        if prompt_of is not None and weights_of is not None:
+            first: dict = {}
+            rows_of = [first.setdefault(g, b) for b, g in enumerate(prompt_of)]
             if len(first) < B:
                 unique = sorted(first.values())
                 position = {b: k for k, b in enumerate(unique)}
                 fan_out = torch.tensor([position[b] for b in rows_of], device=device)
-                prompts = [prompts[b] for b in unique]
+                prompts, weights_first = [prompts[b] for b in unique], [weights_all[b] for b in unique]
             prefix = shared_prefix(prompts)
             if prefix:
-                cache = self._prefill_prefix(prompts[0][:prefix], len(prompts))
+                cache = self._prefill_prefix(prompts[0][:prefix], weights_first, at_weights)
                 prompts = [p[prefix:] for p in prompts]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
@@ -203,40 +213,58 @@ class HFEngine(ModuleEngine, Engine):
         uniforms = None if sampling.greedy else _uniforms(sampling.seed, keys, T).to(device)
         stop = torch.tensor(sorted(self.stop_ids), device=device)
 
-        tokens, logps, ents = [], [], []
-        done = torch.zeros(B, dtype=torch.bool, device=device)
-        for t in range(T):
+        def forward(cache):
             out = self.module(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                               use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
-            cache, logits = getattr(out, self._cache_arg), out.logits[:, -1, :].float()
-            if t == 0 and fan_out is not None:  # one prefill per distinct prompt: fan out to its rows
-                cache.reorder_cache(fan_out)
-                logits, mask, positions = logits[fan_out], mask[fan_out], positions[fan_out]
-            if sampling.greedy:
-                token = logits.argmax(-1)
-            else:
-                token = _sample(logits / sampling.temperature, sampling.top_p, uniforms[:, t])
-            if sampling.logprobs:
-                logq = torch.log_softmax(logits / (sampling.temperature or 1.0), dim=-1)
-                logps.append(logq.gather(-1, token[:, None])[:, 0])
-                ents.append((logq.exp() * logq).sum(-1).neg_().clamp_(min=0.0))
-            token = token.masked_fill(done, self._pad_id)
-            tokens.append(token)
-            done |= torch.isin(token, stop)
-            if bool(done.all()):
-                break
-            input_ids = token[:, None]
-            mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
-            positions = positions[:, -1:] + 1
+            return getattr(out, self._cache_arg), out.logits[:, -1, :].float()
+
+        with at_weights(weights_first):
+            cache, logits = forward(cache)
+        if fan_out is not None:  # one prefill per distinct prompt: fan out to its rows
+            cache.reorder_cache(fan_out)
+            logits, mask, positions = logits[fan_out], mask[fan_out], positions[fan_out]
+        tokens, logps, ents = [], [], []
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        with at_weights(weights_all):
+            for t in range(T):
+                if t:
+                    cache, logits = forward(cache)
+                token = self._next_token(logits, sampling, uniforms, t, logps, ents)
+                token = token.masked_fill(done, self._pad_id)
+                tokens.append(token)
+                done |= torch.isin(token, stop)
+                if bool(done.all()):
+                    break
+                input_ids = token[:, None]
+                mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+                positions = positions[:, -1:] + 1
         return self._completions(torch.stack(tokens, 1), logps, ents)
 
-    def _prefill_prefix(self, prefix: list[int], rows: int):
-        """The KV cache of ``prefix`` (positions 0 … L−1), run once and fanned out to ``rows`` rows."""
-        ids = torch.tensor([prefix], device=self.device)
-        out = self.module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(
-            len(prefix), device=self.device)[None], use_cache=True, logits_to_keep=1, **{self._cache_arg: None})
+    @staticmethod
+    def _next_token(logits, sampling: Sampling, uniforms, t: int, logps: list, ents: list) -> torch.Tensor:
+        """Step t's token of every row (greedy, or inverse-CDF with the row's uniform); appends
+        its log-prob and the distribution's entropy when ``sampling.logprobs``."""
+        if sampling.greedy:
+            token = logits.argmax(-1)
+        else:
+            token = _sample(logits / sampling.temperature, sampling.top_p, uniforms[:, t])
+        if sampling.logprobs:
+            logq = torch.log_softmax(logits / (sampling.temperature or 1.0), dim=-1)
+            logps.append(logq.gather(-1, token[:, None])[:, 0])
+            ents.append((logq.exp() * logq).sum(-1).neg_().clamp_(min=0.0))
+        return token
+
+    def _prefill_prefix(self, prefix: list[int], weights_of: list, at_weights):
+        """The KV cache of ``prefix`` (positions 0 … L−1) for rows at weights ``weights_of``: run
+        once per distinct weights and fanned out to the rows."""
+        distinct = sorted(set(weights_of))
+        ids = torch.tensor([prefix] * len(distinct), device=self.device)
+        positions = torch.arange(len(prefix), device=self.device)[None].expand(len(distinct), -1)
+        with at_weights(distinct):
+            out = self.module(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions,
+                              use_cache=True, logits_to_keep=1, **{self._cache_arg: None})
         cache = getattr(out, self._cache_arg)
-        cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))
+        cache.reorder_cache(torch.tensor([distinct.index(w) for w in weights_of], device=self.device))
         return cache
 
     def _completions(self, tokens: torch.Tensor, logps: list, ents: list) -> list[Completion]:
