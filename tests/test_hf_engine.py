@@ -119,6 +119,17 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
     assert shared_prefix([head + [1]]) == 0 and shared_prefix([[1, 2, 3, 4] + [5], [1, 2, 3, 4, 6]]) == 0
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_ray_replica_samples_a_prompt_slice_as_the_whole_call_would(engine, n):
+    """Ray replicas sample prompts[k:] as prompts k, k+1, … of the whole call (generate_from)."""
+    from zoopt.engines.ray_replica import generate_from
+
+    s = Sampling(temperature=1.0, max_new_tokens=8, n=n, seed=2)
+    whole = tokens(engine.generate(PROMPTS, s))
+    assert tokens(generate_from(engine, PROMPTS[2:], s, first_index=2)) == whole[2:]
+    assert "_generate_batch" not in vars(engine)  # the shift is undone
+
+
 def test_generate_leaves_global_rng_alone(engine):
     state = torch.get_rng_state()
     engine.generate(PROMPTS, Sampling(temperature=0.8, top_p=0.9, max_new_tokens=8, n=2))

@@ -241,7 +241,7 @@ def generate_from(engine, prompts: Sequence, sampling: Sampling, first_index: in
     if not isinstance(engine, HFEngine):
         raise ValueError(f"{type(engine).__name__} cannot sample from a prompt offset")
     batch = engine._generate_batch
-    engine._generate_batch = lambda p, keys, s, *rest: batch(p, [(i + first_index, j) for i, j in keys], s, *rest)
+    engine._generate_batch = lambda p, keys, s, **kw: batch(p, [(i + first_index, j) for i, j in keys], s, **kw)
     try:
         return engine.generate(prompts, sampling)
     finally:
