@@ -153,6 +153,10 @@ def test_shipped_recipes_load_with_their_documented_ids():
     assert (easy["model"], easy["objective"], easy["es"]["population_size"], easy["es"]["sigma"], easy["es"]["lr"]) == \
         ("Qwen/Qwen2.5-0.5B-Instruct", "gsm8k", 32, 1.5e-3, 2.5e-4)
     assert hard["model"] == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" and hard["engine"] == "vllm"
+    import objectives  # noqa: F401 - registers the built-in objectives
+    from zoopt.registry import OBJECTIVES
+
+    assert hard["objective"] == "deepscaler" and OBJECTIVES.get("deepscaler").__name__ == "DeepScaleR"  # registered
 
 
 def test_analyze_population_coverage_on_a_trained_run(tmp_path, capsys):
