@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import ConfigError, absolute_paths, config_items, packaged_yaml, read_yaml_spec, set_dotted
+from ..config import ConfigError, absolute_paths, config_items, read_yaml_spec, set_dotted
 
 CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8")
 OPEN = ("es", "grpo", "tuning.es", "tuning.grpo", "profiles", "objective_args", "engine_args")
@@ -26,10 +26,6 @@ SHIPPED = ("paper-toy", "paper-easy", "paper-hard")
 
 def defaults() -> dict:
     return yaml.safe_load(resources.files("zoopt.configs").joinpath("study.yaml").read_text())
-
-
-def shipped_path(name: str) -> Path | None:
-    return packaged_yaml("zoopt.configs", "studies", name)
 
 
 def load_study_spec(source: str | Path, profile: str | None = None, overrides=()) -> dict:
