@@ -6,8 +6,9 @@ Stages, each resumable (re-run the same command: what is finished is read back, 
    carved from train; the chosen σ, α (ES) and lr (GRPO) apply to every run below;
 2. **runs**: every method the claims need (``base``, ``es``, ``grpo``; ``es_raw`` and
    ``es_centered_rank`` for C4; ``es_two_point`` for C5; ``es_n{N}`` for C6, ``es`` itself at
-   its own N; ``es_grpo`` and ``grpo_es`` for C7) is a ``zoopt compare`` method (:func:`zoopt.workflows.compare.plan_methods`
-   and :func:`~zoopt.workflows.compare.run_method`) at the same ``budget`` of sampled
+   its own N; ``es_grpo`` and ``grpo_es`` for C7) is a ``zoopt compare`` method
+   (:func:`zoopt.workflows.compare.plan_methods` and
+   :func:`~zoopt.workflows.compare.run_method`) at the same ``budget`` of sampled
    completions, evaluated on the same held-out problems (``runs/<name>/eval.json``, per
    problem).  ``runs/<name>/result.json`` marks a finished run, which is skipped.  A killed run
    resumes: its ES phases replay their seed logs (``--resume``'s replay: the same checksum as a
