@@ -218,14 +218,16 @@ class HFEngine(ModuleEngine, Engine):
                               use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
             return getattr(out, self._cache_arg), out.logits[:, -1, :].float()
 
-        with at_weights(weights_first):
-            cache, logits = forward(cache)
-        if fan_out is not None:  # one prefill per distinct prompt: fan out to its rows
-            cache.reorder_cache(fan_out)
-            logits, mask, positions = logits[fan_out], mask[fan_out], positions[fan_out]
         tokens, logps, ents = [], [], []
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        with at_weights(weights_all):
+        with contextlib.ExitStack() as rows_context:  # entered once unless the rows change at the fan-out
+            rows_context.enter_context(at_weights(weights_first))
+            cache, logits = forward(cache)
+            if fan_out is not None:  # one prefill per distinct prompt: fan out to its rows
+                rows_context.close()
+                rows_context.enter_context(at_weights(weights_all))
+                cache.reorder_cache(fan_out)
+                logits, mask, positions = logits[fan_out], mask[fan_out], positions[fan_out]
             for t in range(T):
                 if t:
                     cache, logits = forward(cache)
