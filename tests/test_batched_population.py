@@ -17,7 +17,9 @@ import engine_conformance as conformance
 from engine_conformance import LLMEngineConformance
 from zoopt.engines.batched import BatchedLowRank, RowLayout
 from zoopt.engines.base import Sampling
+from zoopt.engines import weights as weights_module
 from zoopt.engines.hf import MIN_SHARED_PREFIX, HFEngine, shared_prefix
+from zoopt.engines.weights import MasterWeights, Piece
 from zoopt.models import tiny_tokenizer
 from zoopt.noise import Gaussian, LowRank
 from zoopt.types import Member, Population, Update
@@ -184,6 +186,43 @@ def test_fast_low_rank_apply_equals_the_dense_sum():
     dense = sum(c * noise.sample(s, "w", (40, 24)).double() for s, c in zip(seeds, coefs))
     assert (fast.double() - dense).abs().max().item() < 1e-6
     assert torch.equal(noise.combine(seeds, coefs, "b", (40,)), Gaussian().combine(seeds, coefs, "b", (40,)))
+
+
+def test_low_rank_update_is_added_in_row_blocks_equal_to_the_whole(monkeypatch):
+    """``apply`` adds a low-rank update in row blocks of at most ``ROW_BLOCK_BYTES`` (a big
+    embedding's fp32 update never exists whole), also where pieces split the logical tensor
+    (vLLM's fused and tensor-parallel layouts); the result equals the whole update's."""
+    noise, seeds, coefs = LowRank(rank=2), (4, 5, 6), (0.3, -0.2, 0.05)
+    whole = noise.combine(seeds, coefs, "w", (40, 24))
+    blocks = list(noise.combine_rows(seeds, coefs, "w", (40, 24), block_bytes=7 * 24 * 4))
+    assert [start for start, _ in blocks] == [0, 7, 14, 21, 28, 35]
+    assert (torch.cat([b for _, b in blocks]) - whole).abs().max().item() < 1e-6
+    [(start, one)] = Gaussian().combine_rows(seeds, coefs, "w", (40, 24))  # dense noise: one block
+    assert start == 0 and torch.equal(one, Gaussian().combine(seeds, coefs, "w", (40, 24)))
+
+    # logical w (40, 24): rows 0-17 in p1; rows 17-40 in p2's rows 3-26, after v (3, 24) in rows 0-3
+    w0, v0 = torch.randn(40, 24), torch.randn(3, 24)
+    p1, p2 = w0[:17].clone(), torch.cat([v0, w0[17:], torch.zeros(4, 24)])
+    layout = {"w": [Piece("p1", ((0, 17), (0, 24)), ((0, 17), (0, 24))),
+                    Piece("p2", ((3, 26), (0, 24)), ((17, 40), (0, 24)))],
+              "v": [Piece("p2", ((0, 3), (0, 24)), ((0, 3), (0, 24)))]}
+    weights = MasterWeights({"p1": p1, "p2": p2}, {"w": (40, 24), "v": (3, 24)}, layout)
+    seen = []
+    real = LowRank.combine_rows
+
+    def spy(self, *args, **kw):
+        for start, block in real(self, *args, **kw):
+            seen.append(block.shape[0])
+            yield start, block
+    monkeypatch.setattr(LowRank, "combine_rows", spy)
+    monkeypatch.setattr(weights_module, "ROW_BLOCK_BYTES", 5 * 24 * 4)
+    weights.apply(noise, Update(seeds, coefs))
+    assert max(seen) == 5 and sum(seen) == 40 + 3
+    got_w = torch.cat([weights.master["p1"], weights.master["p2"][3:26]])
+    assert (got_w - (w0 + whole)).abs().max().item() < 1e-6
+    assert (weights.master["p2"][:3] - (v0 + noise.combine(seeds, coefs, "v", (3, 24)))).abs().max().item() < 1e-6
+    assert torch.equal(weights.master["p2"][26:], torch.zeros(4, 24))  # what no piece holds is untouched
+    assert torch.equal(p1, weights.master["p1"]) and torch.equal(p2, weights.master["p2"])
 
 
 def test_what_it_cannot_perturb_is_refused_by_name():

@@ -24,7 +24,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -133,6 +133,19 @@ class Noise:
                 acc.add_(draw(seed), alpha=float(c))
         return acc
 
+    def combine_rows(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
+                     shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
+                     sample: Callable[[int], torch.Tensor] | None = None,
+                     block_bytes: int = 1 << 24) -> Iterator[tuple[int, torch.Tensor]]:
+        """:meth:`combine`'s tensor in blocks of rows (first dimension): yields ``(start, block)``
+        with ``block = Σᵢ cᵢ·ε(seedᵢ, name)[start : start + len(block)]``, the blocks in order and
+        covering every row, so an apply can add a big tensor's update without holding all of it.
+
+        Default: one block, the whole of :meth:`combine` (dense noise is drawn whole anyway).
+        A noise that can compute some rows alone (:class:`LowRank`) yields blocks of at most
+        ``block_bytes`` fp32 bytes (at least one row each)."""
+        yield 0, self.combine(seeds, coefficients, name, shape, device, sample=sample)
+
     def _torch_generator(self, seed: int, name: str, device: torch.device) -> torch.Generator:
         ss = np.random.SeedSequence(self.key(seed, name))
         return torch.Generator(device=device).manual_seed(int(ss.generate_state(1, np.uint64)[0] >> 1))
@@ -226,11 +239,30 @@ class LowRank(Noise):
         kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
         if not kept:
             return torch.zeros(shape, dtype=torch.float32, device=device)
+        a, b = self._scaled_factors(kept, name, shape, device)
+        return (a @ b.T).view(shape)
+
+    def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=1 << 24):
+        """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows, the factors drawn once (equal
+        to :meth:`combine`'s rows up to fp32 rounding); vectors: one block, the dense sum."""
+        shape = tuple(shape)
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        if len(shape) < 2 or not kept:
+            yield 0, self.combine(seeds, coefficients, name, shape, device)
+            return
+        a, b = self._scaled_factors(kept, name, shape, device)
+        step = max(1, int(block_bytes) // (4 * b.shape[0]))
+        for start in range(0, shape[0], step):
+            block = a[start : start + step] @ b.T
+            yield start, block.view(block.shape[0], *shape[1:])
+
+    def _scaled_factors(self, kept: list[tuple[int, float]], name: str, shape: tuple, device):
+        """``(A·diag(c)/√r, B)`` with the members' factors side by side (``(m, k·r)``, ``(n, k·r)``)."""
         pairs = [self.factors(s, name, shape) for s, _ in kept]
         coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
         a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef).to(device)  # the factors are small: the
         b = torch.cat([b for _, b in pairs], dim=1).to(device)             # product runs where it is used
-        return (a @ b.T).view(shape)
+        return a, b
 
 
 def noise_from_dict(config: dict) -> Noise:

@@ -18,7 +18,9 @@ With master ``M`` (fp32, one per working tensor) and working weights ``W``:
   "subtract the noise again" (in bf16 that drifts);
 - ``apply(noise, update)``:          ``M[p] ← M[p] + (Σᵢ cᵢ·ε(seedᵢ, h))[box]``, accumulated in
   fp32 over the whole logical tensor, then ``W ← cast(M)``.  Non-finite coefficients are
-  refused before anything is written.
+  refused before anything is written.  The sum is added in the row blocks that
+  ``noise.combine_rows`` yields (low-rank noise: ≤ ``ROW_BLOCK_BYTES`` each, so a big embedding's
+  update never exists whole; dense noise: one block).
 
 All writes are in place (``copy_``/``add_``): CUDA graphs, vLLM kernels and optimizers keep
 the addresses they hold.  ``noise_cache_bytes`` lets ``perturb`` keep the fp32 noise it drew
@@ -40,6 +42,8 @@ from ..types import Update
 
 Box = tuple[tuple[int, int], ...]
 
+ROW_BLOCK_BYTES = 16 << 20  # the most fp32 update an apply holds at once, where the noise allows it
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -56,6 +60,18 @@ class Piece:
     @property
     def hslice(self) -> tuple[slice, ...]:
         return tuple(slice(a, b) for a, b in self.hf_box)
+
+    def within_rows(self, start: int, stop: int) -> tuple[tuple[slice, ...], tuple[slice, ...]] | None:
+        """This piece's share of rows ``start … stop`` (first dimension) of the logical tensor:
+        ``(slices of the working tensor, slices of that row block)``, or None when it holds none
+        of them.  A 0-d tensor is one block: ``((), ())``."""
+        if not self.hf_box:
+            return (), ()
+        (h0, h1), p0 = self.hf_box[0], self.param_box[0][0]
+        lo, hi = max(h0, start), min(h1, stop)
+        if lo >= hi:
+            return None
+        return (slice(p0 + lo - h0, p0 + hi - h0), *self.pslice[1:]), (slice(lo - start, hi - start), *self.hslice[1:])
 
 
 def whole_box(shape: Iterable[int]) -> Box:
@@ -162,10 +178,15 @@ class MasterWeights:
             pieces = self.layout[name]
             if not pieces:
                 continue
-            acc = self.delta(noise, update, name)
-            for piece in pieces:
-                self.master[piece.param][piece.pslice].add_(acc[piece.hslice])
-                touched.append(piece.param)
+            device = self.master[pieces[0].param].device
+            for start, block in noise.combine_rows(update.seeds, update.coefficients, name, self.shapes[name], device,
+                                                   sample=lambda seed: self.noise(noise, seed, name),
+                                                   block_bytes=ROW_BLOCK_BYTES):
+                for piece in pieces:
+                    share = piece.within_rows(start, start + (block.shape[0] if block.ndim else 1))
+                    if share is not None:
+                        self.master[piece.param][share[0]].add_(block[share[1]])
+                        touched.append(piece.param)
         for pname in dict.fromkeys(touched):
             self.params[pname].copy_(self.master[pname])
         self.clear_noise_cache()
