@@ -11,8 +11,8 @@ MODE:
   ``generate`` call — the floor a population step cannot beat.
 
 Prints one JSON line: the mode, seconds per step (after one warm-up step), and the process's
-peak resident memory (``VmHWM``, MiB).  The benchmarks in ``test_bench_population.py`` import
-:func:`build` and :func:`step` and time them with pytest-benchmark.
+peak resident memory (``VmHWM``, MiB).  ``test_bench_population.py`` imports :func:`build_shared`
+and :func:`step` and times paired rounds of the three modes with pytest-benchmark.
 """
 
 from __future__ import annotations
@@ -42,6 +42,18 @@ def build(mode: str, model: str, members: int, batch_size: int = 64):
     engine = HFEngine.from_pretrained(model, dtype="bfloat16", batch_size=batch_size, noise_cache_bytes=cache,
                                       population="sequential" if mode == "sequential" else "batched")
     return engine, (Gaussian() if mode == "sequential" else LowRank(rank=1))
+
+
+def build_shared(model: str, batch_size: int = 64):
+    """``(engine, {mode: noise})``: one engine for all three modes (``population: auto`` sends
+    the low-rank noise to the batched path and the Gaussian one member by member, with the noise
+    cache), so paired rounds compare the modes on the same weights and allocator."""
+    from zoopt.engines.hf import HFEngine
+    from zoopt.workflows.run import noise_cache_bytes
+
+    engine = HFEngine.from_pretrained(model, dtype="bfloat16", batch_size=batch_size,
+                                      noise_cache_bytes=noise_cache_bytes("auto", "cpu"), population="auto")
+    return engine, {"batched": LowRank(rank=1), "sequential": Gaussian(), "generate": None}
 
 
 def step(mode: str, engine, noise, members: int, n_prompts: int, max_new_tokens: int, t: int = 0) -> int:
