@@ -91,6 +91,26 @@ def shared_config(cfg: dict) -> dict:
     return {k: cfg[k] for k in SHARED_KEYS}
 
 
+ES_ENGINE_KEYS = ("noise_cache_gb", "population")  # ES settings that belong to the engine, not to a step
+
+
+def engine_config(shared: dict, planned: list[PlannedPhase], name: str = "method") -> dict:
+    """The config a method's one engine is built from: the shared keys, plus the engine settings
+    of its ES phases (``ES_ENGINE_KEYS``: the noise cache that makes ES's update cheap, the
+    population path).  The engine serves every phase, so ES phases that set one of them
+    differently are an error; GRPO phases never perturb, and a GRPO-only method keeps neither."""
+    es = [p.cfg for p in planned if p.method == "es"]
+    out = dict(shared)
+    for key in ES_ENGINE_KEYS:
+        values = [c[key] for c in es if key in c]
+        if any(v != values[0] for v in values):
+            raise ConfigError(f"{name}: its ES phases set {key} differently ({values}); "
+                              f"one engine runs every phase")
+        if values:
+            out[key] = values[0]
+    return out
+
+
 def eval_config(cfg: dict) -> dict:
     """The config :func:`zoopt.workflows.run.evaluate_run` reads: the same for every method."""
     return {"eval": dict(cfg["eval"]), "batch_size": cfg["batch_size"], "seed": cfg["seed"],
@@ -118,7 +138,7 @@ def run_method(spec: dict, objective=None) -> dict:
     objective = objective if objective is not None else build_objective(spec["shared"])
     planned = [PlannedPhase(p["method"], p["config"], p["steps"], p["completions_per_step"], p["allotted"])
                for p in spec["phases"]]
-    engine = build_engine(spec["shared"], objective)
+    engine = build_engine(engine_config(spec["shared"], planned, f"methods.{spec['name']}"), objective)
     t_loaded = time.perf_counter()
     try:
         phases = run_schedule(planned, engine, objective, method_dir)
