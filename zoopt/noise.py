@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 BLOCK = 1 << 18  # elements per independently keyed block of a CPU stream
+ROW_BLOCK_BYTES = 1 << 24  # the most fp32 update combine_rows yields at once, where the noise allows it
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -136,7 +137,7 @@ class Noise:
     def combine_rows(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
                      shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
                      sample: Callable[[int], torch.Tensor] | None = None,
-                     block_bytes: int = 1 << 24) -> Iterator[tuple[int, torch.Tensor]]:
+                     block_bytes: int = ROW_BLOCK_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
         """:meth:`combine`'s tensor in blocks of rows (first dimension): yields ``(start, block)``
         with ``block = Σᵢ cᵢ·ε(seedᵢ, name)[start : start + len(block)]``, the blocks in order and
         covering every row, so an apply can add a big tensor's update without holding all of it.
@@ -242,7 +243,7 @@ class LowRank(Noise):
         a, b = self._scaled_factors(kept, name, shape, device)
         return (a @ b.T).view(shape)
 
-    def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=1 << 24):
+    def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=ROW_BLOCK_BYTES):
         """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows, the factors drawn once (equal
         to :meth:`combine`'s rows up to fp32 rounding); vectors: one block, the dense sum."""
         shape = tuple(shape)

@@ -37,12 +37,10 @@ from typing import Iterable, Iterator, Mapping
 
 import torch
 
-from ..noise import Noise
+from ..noise import ROW_BLOCK_BYTES, Noise
 from ..types import Update
 
 Box = tuple[tuple[int, int], ...]
-
-ROW_BLOCK_BYTES = 16 << 20  # the most fp32 update an apply holds at once, where the noise allows it
 
 
 @dataclass(frozen=True)
