@@ -137,14 +137,14 @@ class Noise:
     def combine_rows(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
                      shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
                      sample: Callable[[int], torch.Tensor] | None = None,
-                     block_bytes: int = ROW_BLOCK_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
+                     block_bytes: int | None = ROW_BLOCK_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
         """:meth:`combine`'s tensor in blocks of rows (first dimension): yields ``(start, block)``
         with ``block = Σᵢ cᵢ·ε(seedᵢ, name)[start : start + len(block)]``, the blocks in order and
         covering every row, so an apply can add a big tensor's update without holding all of it.
 
         Default: one block, the whole of :meth:`combine` (dense noise is drawn whole anyway).
         A noise that can compute some rows alone (:class:`LowRank`) yields blocks of at most
-        ``block_bytes`` fp32 bytes (at least one row each)."""
+        ``block_bytes`` fp32 bytes (at least one row each; ``None``: one block)."""
         yield 0, self.combine(seeds, coefficients, name, shape, device, sample=sample)
 
     def _torch_generator(self, seed: int, name: str, device: torch.device) -> torch.Generator:
@@ -233,37 +233,31 @@ class LowRank(Noise):
 
     def combine(self, seeds, coefficients, name, shape, device="cpu", sample=None):
         """``Σᵢ cᵢ·εᵢ`` as ``(A·diag(c))·Bᵀ/√r`` for matrices (one product; equal to the dense
-        sum up to fp32 rounding), the default dense sum for vectors."""
-        shape = tuple(shape)
-        if len(shape) < 2:
-            return super().combine(seeds, coefficients, name, shape, device, sample=None)
-        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
-        if not kept:
-            return torch.zeros(shape, dtype=torch.float32, device=device)
-        a, b = self._scaled_factors(kept, name, shape, device)
-        return (a @ b.T).view(shape)
+        sum up to fp32 rounding), the default dense sum for vectors: :meth:`combine_rows` as
+        one block."""
+        [(_, whole)] = self.combine_rows(seeds, coefficients, name, shape, device, block_bytes=None)
+        return whole
 
     def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=ROW_BLOCK_BYTES):
-        """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows, the factors drawn once (equal
-        to :meth:`combine`'s rows up to fp32 rounding); vectors: one block, the dense sum."""
+        """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows (``block_bytes=None``: one
+        block), with the members' factors drawn once and side by side; vectors: one block, the
+        default dense sum."""
         shape = tuple(shape)
         kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
-        if len(shape) < 2 or not kept:
-            yield 0, self.combine(seeds, coefficients, name, shape, device)
+        if len(shape) < 2:
+            yield 0, super().combine(seeds, coefficients, name, shape, device)
             return
-        a, b = self._scaled_factors(kept, name, shape, device)
-        step = max(1, int(block_bytes) // (4 * b.shape[0]))
-        for start in range(0, shape[0], step):
-            block = a[start : start + step] @ b.T
-            yield start, block.view(block.shape[0], *shape[1:])
-
-    def _scaled_factors(self, kept: list[tuple[int, float]], name: str, shape: tuple, device):
-        """``(A·diag(c)/√r, B)`` with the members' factors side by side (``(m, k·r)``, ``(n, k·r)``)."""
+        if not kept:
+            yield 0, torch.zeros(shape, dtype=torch.float32, device=device)
+            return
         pairs = [self.factors(s, name, shape) for s, _ in kept]
         coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
         a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef).to(device)  # the factors are small: the
         b = torch.cat([b for _, b in pairs], dim=1).to(device)             # product runs where it is used
-        return a, b
+        step = max(1, shape[0] if block_bytes is None else int(block_bytes) // (4 * b.shape[0]))
+        for start in range(0, max(shape[0], 1), step):  # a 0-row matrix: one empty block
+            block = a[start : start + step] @ b.T
+            yield start, block.view(block.shape[0], *shape[1:])
 
 
 def noise_from_dict(config: dict) -> Noise:
