@@ -11,7 +11,7 @@ MODE:
   ``generate`` call — the floor a population step cannot beat.
 
 Prints one JSON line: the mode, seconds per step (after one warm-up step), and the process's
-peak resident memory (``VmHWM``, MiB).  ``test_bench_population.py`` imports :func:`build_shared`
+peak resident memory (``VmHWM``, MiB).  ``test_bench_population.py`` imports :func:`build`
 and :func:`step` and times paired rounds of the three modes with pytest-benchmark.
 """
 
@@ -33,21 +33,11 @@ def prompts(n: int) -> list[str]:
     return [f"What is {10 + 7 * i % 83} + {20 + 13 * i % 71}?" for i in range(n)]
 
 
-def build(mode: str, model: str, members: int, batch_size: int = 64):
-    """``(engine, noise)`` for ``mode`` (see the module docstring)."""
-    from zoopt.engines.hf import HFEngine
-    from zoopt.workflows.run import noise_cache_bytes
-
-    cache = noise_cache_bytes("auto", "cpu") if mode == "sequential" else 0
-    engine = HFEngine.from_pretrained(model, dtype="bfloat16", batch_size=batch_size, noise_cache_bytes=cache,
-                                      population="sequential" if mode == "sequential" else "batched")
-    return engine, (Gaussian() if mode == "sequential" else LowRank(rank=1))
-
-
-def build_shared(model: str, batch_size: int = 64):
+def build(model: str, batch_size: int = 64):
     """``(engine, {mode: noise})``: one engine for all three modes (``population: auto`` sends
     the low-rank noise to the batched path and the Gaussian one member by member, with the noise
-    cache), so paired rounds compare the modes on the same weights and allocator."""
+    cache; the cache fills only during Gaussian perturbs, so the other modes' memory is their own),
+    so paired rounds compare the modes on the same weights and allocator."""
     from zoopt.engines.hf import HFEngine
     from zoopt.workflows.run import noise_cache_bytes
 
@@ -86,7 +76,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=10)
     p.add_argument("--steps", type=int, default=1)
     args = p.parse_args()
-    engine, noise = build(args.mode, args.model, args.members)
+    engine, noises = build(args.model)
+    noise = noises[args.mode]
     step(args.mode, engine, noise, args.members, args.prompts, args.max_new_tokens, t=0)  # warm-up
     t0 = time.perf_counter()
     for t in range(1, args.steps + 1):

@@ -31,7 +31,7 @@ MEMBERS, PROMPTS, TOKENS = (16, 32, 10) if BIG else (4, 4, 4)
 
 
 def test_paired_rounds(benchmark):
-    engine, noises = ps.build_shared(MODEL)
+    engine, noises = ps.build(MODEL)
     order = ("generate", "batched", "sequential")
     times: dict[str, list[float]] = {mode: [] for mode in order}
     counter = iter(range(1, 10_000))
