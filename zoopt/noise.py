@@ -297,27 +297,37 @@ class LowRank(Noise):
         return whole
 
     def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=ROW_BLOCK_BYTES):
-        """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows (``block_bytes=None``: one
-        block), with the members' factors drawn once (:meth:`factor_table`: on ``device`` for the
-        counter stream) and side by side; vectors: one block, the default dense sum."""
+        """Matrices: ``a[rows]·bᵀ`` per block of rows (``block_bytes=None``: one block) with
+        ``(a, b)`` = :meth:`update_factors` (drawn once, side by side, where the product runs);
+        vectors: one block, the default dense sum."""
         shape = tuple(shape)
-        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
         if len(shape) < 2:
             yield 0, super().combine(seeds, coefficients, name, shape, device)
             return
-        if not kept:
+        if not any(c != 0.0 for c in coefficients):
             yield 0, torch.zeros(shape, dtype=torch.float32, device=device)
             return
-        coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
-        table_device = device if self.stream == "counter" else "cpu"  # the numpy stream's factors: CPU, then moved
-        fa, fb = self.factor_table([s for s, _ in kept], name, shape, table_device)
-        m, n = fa.shape[1], fb.shape[1]
-        a = fa.transpose(0, 1).reshape(m, -1).mul_(coef.to(fa.device)).to(device)  # the members side by side:
-        b = fb.transpose(0, 1).reshape(n, -1).to(device)                          # the product runs where it is used
+        a, b = self.update_factors(seeds, coefficients, name, shape, device)
         step = max(1, shape[0] if block_bytes is None else int(block_bytes) // (4 * b.shape[0]))
         for start in range(0, max(shape[0], 1), step):  # a 0-row matrix: one empty block
             block = a[start : start + step] @ b.T
             yield start, block.view(block.shape[0], *shape[1:])
+
+    def update_factors(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
+                       shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)`` with ``Σᵢ cᵢ·εᵢ = a·bᵀ`` for matrix ``name``: the members with ``cᵢ ≠ 0`` side
+        by side, ``a = [A₁·c₁/√r | A₂·c₂/√r | …]`` (m × S·r, the fp32 product ``Aᵢ·(cᵢ/√r)``) and
+        ``b = [B₁ | B₂ | …]`` (n × S·r), on ``device`` — the factors an update multiplies out
+        (:meth:`factor_table`'s, drawn on ``device`` for the counter stream, on the CPU and moved
+        for the numpy stream)."""
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
+        table_device = device if self.stream == "counter" else "cpu"
+        fa, fb = self.factor_table([s for s, _ in kept], name, shape, table_device)
+        m, n = fa.shape[1], fb.shape[1]
+        a = fa.transpose(0, 1).reshape(m, -1).mul(coef.to(fa.device)).to(device)
+        b = fb.transpose(0, 1).reshape(n, -1).to(device)
+        return a, b
 
 
 def noise_from_dict(config: dict) -> Noise:
