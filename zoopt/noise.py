@@ -142,6 +142,17 @@ class Noise:
         """``ε(seed, name)`` as an fp32 tensor of ``shape`` on ``device``."""
         raise NotImplementedError
 
+    def samples(self, seeds: Sequence[int], name: str, shape: Sequence[int] | torch.Size,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+        """``ε(seedᵢ, name)`` for every seed, stacked: ``(len(seeds), *shape)`` fp32 on ``device``,
+        row i equal to :meth:`sample` of ``seeds[i]`` bit for bit.  Default: one :meth:`sample` per
+        seed; the counter stream's Gaussian and Rademacher draw every row in one call (meant for
+        small tensors: vectors of many members)."""
+        shape = tuple(shape)
+        if not seeds:
+            return torch.empty((0, *shape), dtype=torch.float32, device=device)
+        return torch.stack([self.sample(int(s), name, shape, device) for s in seeds])
+
     def combine(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
                 shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
                 sample: Callable[[int], torch.Tensor] | None = None) -> torch.Tensor:
@@ -196,6 +207,12 @@ class Gaussian(Noise):
         g = self._torch_generator(seed, name, device)
         return torch.randn(tuple(shape), generator=g, device=device, dtype=torch.float32)
 
+    def samples(self, seeds, name, shape, device="cpu"):
+        if self.stream != "counter" or not seeds:
+            return super().samples(seeds, name, shape, device)
+        keys = [self.counter_key(int(s), name) for s in seeds]
+        return counter_stream.normal(keys, int(np.prod(tuple(shape), dtype=np.int64)), device).view(len(keys), *tuple(shape))
+
 
 @dataclass(frozen=True)
 class Rademacher(Noise):
@@ -215,6 +232,12 @@ class Rademacher(Noise):
         g = self._torch_generator(seed, name, device)
         bits = torch.randint(0, 2, tuple(shape), generator=g, device=device, dtype=torch.int8)
         return bits.to(torch.float32).mul_(2).sub_(1)
+
+    def samples(self, seeds, name, shape, device="cpu"):
+        if self.stream != "counter" or not seeds:
+            return super().samples(seeds, name, shape, device)
+        keys = [self.counter_key(int(s), name) for s in seeds]
+        return counter_stream.signs(keys, int(np.prod(tuple(shape), dtype=np.int64)), device).reshape(len(keys), *tuple(shape))
 
 
 @dataclass(frozen=True)
@@ -279,6 +302,23 @@ class LowRank(Noise):
             return gauss.sample(seed, name, shape, device)
         return gauss.sample(seed, name, shape, "cpu").to(device)
 
+    def _vector_sum(self, seeds, coefficients, name, shape, device) -> torch.Tensor:
+        """The default dense ``Σᵢ cᵢ·εᵢ`` of a vector, in order, its ``εᵢ`` drawn in one call."""
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        acc = torch.zeros(shape, dtype=torch.float32, device=device)
+        if self.stream == "counter":
+            eps = Gaussian(correlated=self.correlated).samples([s for s, _ in kept], name, shape, device)
+        else:
+            eps = [self._vector(s, name, shape, device) for s, _ in kept]
+        for e, (_, c) in zip(eps, kept):
+            acc.add_(e, alpha=c)
+        return acc
+
+    def samples(self, seeds, name, shape, device="cpu"):
+        if len(tuple(shape)) < 2 and self.stream == "counter":
+            return Gaussian(correlated=self.correlated).samples(seeds, name, shape, device)
+        return super().samples(seeds, name, shape, device)
+
     def sample(self, seed, name, shape, device="cpu"):
         shape = tuple(shape)
         if len(shape) < 2:
@@ -302,7 +342,7 @@ class LowRank(Noise):
         vectors: one block, the default dense sum."""
         shape = tuple(shape)
         if len(shape) < 2:
-            yield 0, super().combine(seeds, coefficients, name, shape, device)
+            yield 0, self._vector_sum(seeds, coefficients, name, shape, device)
             return
         if not any(c != 0.0 for c in coefficients):
             yield 0, torch.zeros(shape, dtype=torch.float32, device=device)

@@ -133,11 +133,13 @@ class BatchedLowRank:
             self.a[name], self.b[name] = a.to(self.dtype), b.to(self.dtype)
         self.vec: dict[str, torch.Tensor] = {}   # member's perturbed vector, cast like the dense path
         self.bias: dict[str, torch.Tensor] = {}  # member's perturbed bias minus the working bias
-        for name in self.layout.vector_names:
+        scales = [pop.scale(i) for i in range(len(pop))]
+        for name in self.layout.vector_names:  # every member's ε of a vector in one draw
             base = weights.params[name].detach()
             m = base.to(acc) if acc == torch.float64 else weights.master[name]
-            rows = torch.stack([(weights.noise(self.noise, mem.seed, name).to(m.device, acc) * pop.scale(i)).add_(m)
-                                for i, mem in enumerate(pop.members)]).to(self.dtype)
+            eps = self.noise.samples([mem.seed for mem in pop.members], name, weights.shapes[name], m.device)
+            scale = torch.tensor(scales, dtype=acc, device=m.device).view(-1, *[1] * m.ndim)
+            rows = (eps.to(acc) * scale).add_(m).to(self.dtype)  # row i: cast(M + sᵢσ·εᵢ), as the dense path
             self.vec[name] = rows
             self.bias[name] = rows - base[None]
 
