@@ -85,6 +85,33 @@ def test_independent_of_chunks_threads_rows_and_length(monkeypatch):
     assert torch.equal(cs.normal(keys, n), gauss) and torch.equal(cs.signs(keys, n), sign)
 
 
+def test_a_forked_child_draws_with_its_own_threads():
+    """A fork copies the pool object but none of its threads (map() would wait for ever): the
+    child makes a new pool, and draws the parent's bits."""
+    import hashlib
+    import os
+    import select
+    import signal
+
+    key, n = cs.stream_key(5, 5), 3 * cs.CPU_CHUNK  # several chunks: the parent's pool now has threads
+    want = hashlib.blake2b(cs.normal([key], n).numpy().tobytes()).hexdigest()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the digest of its draw, then leave without running pytest's exit
+        try:
+            os.write(write, hashlib.blake2b(cs.normal([key], n).numpy().tobytes()).hexdigest().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 120)
+    if not ready:  # hung: end it rather than the test run
+        os.kill(pid, signal.SIGKILL)
+    with os.fdopen(read) as fh:
+        got = fh.read() if ready else "no answer in 120 s"
+    os.waitpid(pid, 0)
+    assert got == want
+
+
 def test_table_is_pinned_and_within_2_ulps_of_the_exact_quantile():
     base, slope = cs.tables(torch.device("cpu"))
     assert cs.table_checksum(base, slope) == cs.TABLE_CHECKSUM

@@ -280,8 +280,17 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _forget_pool() -> None:
+    """A forked child has the parent's pool object but none of its threads: make a new one."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _run(chunks: list, work) -> None:
-    if len(chunks) <= 1 or _pool()._max_workers == 1:
+    if len(chunks) <= 1:
         for c in chunks:
             work(c)
     else:
