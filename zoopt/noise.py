@@ -306,17 +306,14 @@ class LowRank(Noise):
         """The default dense ``Σᵢ cᵢ·εᵢ`` of a vector, in order, its ``εᵢ`` drawn in one call."""
         kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
         acc = torch.zeros(shape, dtype=torch.float32, device=device)
-        if self.stream == "counter":
-            eps = Gaussian(correlated=self.correlated).samples([s for s, _ in kept], name, shape, device)
-        else:
-            eps = [self._vector(s, name, shape, device) for s, _ in kept]
+        eps = self.samples([s for s, _ in kept], name, shape, device)
         for e, (_, c) in zip(eps, kept):
             acc.add_(e, alpha=c)
         return acc
 
     def samples(self, seeds, name, shape, device="cpu"):
         if len(tuple(shape)) < 2 and self.stream == "counter":
-            return Gaussian(correlated=self.correlated).samples(seeds, name, shape, device)
+            return Gaussian(correlated=self.correlated, stream=self.stream).samples(seeds, name, shape, device)
         return super().samples(seeds, name, shape, device)
 
     def sample(self, seed, name, shape, device="cpu"):
