@@ -82,8 +82,16 @@ def test_population_members_spread_over_both_replicas_and_counters_move():
 @pytest.mark.parametrize("noise", [Gaussian(), Rademacher(), LowRank(rank=1)], ids=lambda n: n.kind)
 def test_a_replica_draws_the_noise_bits_this_process_draws(noise, one_thread):
     """Each replica regenerates ε(seed, name) in its own process: its perturbed weights are this
-    process's, bit for bit (rank 1: the low-rank product has no sum to round differently)."""
+    process's, bit for bit (rank 1: the low-rank product has no sum to round differently).  The
+    local engine starts from the replicas' master (earlier tests applied updates to them)."""
+    import torch
+
     engine, local = shared_engine(), HFEngine.from_pretrained("tiny", batch_size=8)
+    with torch.no_grad():
+        for name, tensor in engine.state_dict().items():
+            local.weights.params[name].copy_(tensor)
+    local.sync_master()
+    assert local.master_checksum() == engine.master_checksum()
     base = local.checksum()
     engine.perturb(noise, 5, 0.01)
     local.perturb(noise, 5, 0.01)
