@@ -7,7 +7,7 @@ objective contract needs a train and a test split that never share a problem, so
 in ``test`` iff ``blake2b(task_id) < test_fraction`` (default 0.5; 1.0 puts every problem in
 ``test``, the honest setting when HumanEval is only evaluated on, e.g. after training on MBPP).
 
-The program run for a completion (``code`` = :func:`objectives.program_tests.extract_code`:
+The program run for a completion (``code`` = :func:`zoopt.sandbox.program_tests.extract_code`:
 the last fenced block, else the whole text):
 
 * when ``code`` defines the entry point at column 0 (``def name(`` — a chat model's whole
@@ -21,7 +21,7 @@ the last fenced block, else the whole text):
 then the problem's ``test`` code with each top-level assert statement of ``check`` reported
 as one test, and ``check(entry_point)``.  Reward: 1.0 when every test passed and the program
 exited cleanly, else 0.0 (``partial_credit=True``: the fraction passed).  Programs run in
-:mod:`objectives.sandbox`; see :class:`objectives.program_tests.ProgramTestObjective` for the
+:mod:`zoopt.sandbox.programs`; see :class:`zoopt.sandbox.program_tests.ProgramTestObjective` for the
 time limits and workers.
 
 Columns: ``task_id``, ``entry_point``, ``code_prompt`` (the problem's own prompt, which the
@@ -34,9 +34,9 @@ import functools
 import re
 
 from zoopt.objective import check_split
+from zoopt.sandbox.program_tests import ProgramTestObjective, check_units, extract_code, test_program, wrap_test
 
 from . import register
-from .program_tests import ProgramTestObjective, check_units, extract_code, test_program, wrap_test
 from .splits import split_of
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")

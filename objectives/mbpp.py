@@ -12,11 +12,11 @@ split names to JSON Lines (or Parquet) files, e.g. ``{"train": "mbpp/train.jsonl
 problem.
 
 The program run for a completion: the completion's code
-(:func:`objectives.program_tests.extract_code`: the last fenced block, else the whole text),
+(:func:`zoopt.sandbox.program_tests.extract_code`: the last fenced block, else the whole text),
 the problem's setup code, then each test of ``test_list`` (plus ``challenge_test_list`` with
 ``challenge_tests=True``) reported on its own.  Reward: 1.0 when every test passed and the
 program exited cleanly, else 0.0 (``partial_credit=True``: the fraction passed).  Programs
-run in :mod:`objectives.sandbox`; see :class:`objectives.program_tests.ProgramTestObjective`
+run in :mod:`zoopt.sandbox.programs`; see :class:`zoopt.sandbox.program_tests.ProgramTestObjective`
 for the time limits and workers.
 
 Columns: ``task_id``, ``test_list`` (list[str]), ``test_setup_code`` (str).
@@ -27,9 +27,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoopt.objective import check_split
+from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code, test_program
 
 from . import register
-from .program_tests import ProgramTestObjective, extract_code, test_program
 
 # The prompt of the MBPP paper (and of lm-evaluation-harness' mbpp task), zero-shot.
 TEMPLATE = ("You are an expert Python programmer, and here is your task: {description} "
