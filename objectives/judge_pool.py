@@ -61,14 +61,15 @@ class _Frames:
                     del self.buffer[:4 + size]
                     return message
             left = until - time.monotonic()
-            if left <= 0 or (cancel is not None and cancel.is_set()):
-                return None
-            ready, _, _ = select.select([self.sock], [], [], min(left, 0.05))
-            if ready:
+            stop = left <= 0 or (cancel is not None and cancel.is_set())
+            ready, _, _ = select.select([self.sock], [], [], 0 if stop else min(left, 0.05))
+            if ready:  # what already came is read even when stopping: finished tests count
                 chunk = self.sock.recv(1 << 16)
                 if not chunk:
                     raise EOFError("the judge worker is gone")
                 self.buffer += chunk
+            elif stop:
+                return None
 
 
 class JudgeWorker:
