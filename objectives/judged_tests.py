@@ -148,6 +148,8 @@ def judge_programs(codes: Sequence[str], tests: Sequence[UnitTests], *, workers:
     if len(codes) != len(tests):
         raise ValueError(f"judge_programs got {len(tests)} test sets for {len(codes)} programs")
     workers = max(1, int(workers or os.cpu_count() or 1))
+    if pool is not None and pool.size < workers:
+        raise ValueError(f"a JudgePool of {pool.size} workers cannot serve {workers} programs at once")
     own_pool = pool is None
     pool = pool or JudgePool(workers)
     end = time.monotonic() + deadline_s if deadline_s is not None else math.inf
