@@ -7,7 +7,7 @@ objective contract needs a train and a test split that never share a problem, so
 in ``test`` iff ``blake2b(task_id) < test_fraction`` (default 0.5; 1.0 puts every problem in
 ``test``, the honest setting when HumanEval is only evaluated on, e.g. after training on MBPP).
 
-The program run for a completion (``code`` = :func:`objectives.program_tests.extract_code`:
+The program run for a completion (``code`` = :func:`zoopt.sandbox.program_tests.extract_code`:
 the last fenced block, else the whole text), in the sandbox:
 
 * when ``code`` defines the entry point at column 0 (``def name(`` — a chat model's whole
@@ -19,12 +19,12 @@ the last fenced block, else the whole text), in the sandbox:
   as the official samples were at generation time.
 
 The problem's ``test`` code never goes there: it runs in the trusted judge
-(:mod:`objectives.judged_tests`) after the problem's prompt (so its helpers — ``poly``,
+(:mod:`zoopt.sandbox.judged_tests`) after the problem's prompt (so its helpers — ``poly``,
 ``encode_cyclic`` — are the dataset's own), with ``check``'s argument and the entry point's
 name bound to a stand-in that calls the model's function in the sandbox; each top-level
 statement of ``check`` that contains an ``assert`` is one test.  Reward: 1.0 when every test
 passed, else 0.0 (``partial_credit=True``: the fraction passed); see
-:class:`objectives.program_tests.ProgramTestObjective` for the time limits and workers.
+:class:`zoopt.sandbox.program_tests.ProgramTestObjective` for the time limits and workers.
 
 Columns: ``task_id``, ``entry_point``, ``code_prompt`` (the problem's own prompt, which the
 program is built on even when ``template`` dresses it), ``test``.
@@ -36,10 +36,10 @@ import functools
 import re
 
 from zoopt.objective import check_split
+from zoopt.sandbox.judged_tests import UnitTests
+from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
-from .judged_tests import UnitTests
-from .program_tests import ProgramTestObjective, extract_code
 from .splits import split_of
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")

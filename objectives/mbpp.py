@@ -12,17 +12,17 @@ split names to JSON Lines (or Parquet) files, e.g. ``{"train": "mbpp/train.jsonl
 problem.
 
 The program run for a completion, in the sandbox: the completion's code
-(:func:`objectives.program_tests.extract_code`: the last fenced block, else the whole text),
+(:func:`zoopt.sandbox.program_tests.extract_code`: the last fenced block, else the whole text),
 then the problem's setup code (as the official harness runs it: the solution may rely on its
 imports, and two problems build their input trees there with the solution's ``Node`` class).
 The tests of ``test_list`` (plus ``challenge_test_list`` with ``challenge_tests=True``) never go
-there: each runs as one test in the trusted judge (:mod:`objectives.judged_tests`), with the
+there: each runs as one test in the trusted judge (:mod:`zoopt.sandbox.judged_tests`), with the
 setup's imports, and with a stand-in for each name the test takes from the solution —
 the names the problem's reference solution (``code``) defines, and any other name the test
 uses that is neither a builtin, a standard-library module (imported in the judge) nor defined
 by the setup's imports (the setup's trees reach the judge as handles).  Reward: 1.0 when every
 test passed, else 0.0 (``partial_credit=True``: the fraction passed); see
-:class:`objectives.program_tests.ProgramTestObjective` for the time limits and workers.
+:class:`zoopt.sandbox.program_tests.ProgramTestObjective` for the time limits and workers.
 
 Columns: ``task_id``, ``test_list`` (list[str]), ``test_setup_code`` (str), ``functions``
 (list[str]: the top-level names the reference solution defines; empty without one).
@@ -36,10 +36,10 @@ import sys
 from pathlib import Path
 
 from zoopt.objective import check_split
+from zoopt.sandbox.judged_tests import UnitTests
+from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
-from .judged_tests import UnitTests
-from .program_tests import ProgramTestObjective, extract_code
 
 # The prompt of the MBPP paper (and of lm-evaluation-harness' mbpp task), zero-shot.
 TEMPLATE = ("You are an expert Python programmer, and here is your task: {description} "

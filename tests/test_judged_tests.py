@@ -1,4 +1,4 @@
-"""The oracle and its judge (objectives/judged_tests.py, judge_pool.py, _trusted_judge.py):
+"""The oracle and its judge (zoopt/sandbox/judged_tests.py, judge_pool.py, trusted_judge.py):
 the real datasets' canonical solutions, every shape of test, deadlines and bounds."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import time
 import pytest
 
 from objectives.humaneval import HumanEval, load_problems
-from objectives.judge_pool import JudgePool
-from objectives.judged_tests import JUDGE_GRACE_S, UnitTests, judge_programs
 from objectives.mbpp import MBPP, _normalise, mbpp_tests
 from worker_processes import zombie_children
+from zoopt.sandbox.judge_pool import JudgePool
+from zoopt.sandbox.judged_tests import JUDGE_GRACE_S, UnitTests, judge_programs
 
 
 def judge(code: str, tests: UnitTests, **options):

@@ -1,4 +1,4 @@
-"""The plain-data codec between a sandboxed program and its judge (objectives/_plain_data.py)."""
+"""The plain-data codec between a sandboxed program and its judge (zoopt/sandbox/plain_data.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from objectives._plain_data import NotPlain, decode, encode, read_frame, write_frame
+from zoopt.sandbox.plain_data import NotPlain, decode, encode, read_frame, write_frame
 
 VALUES = [None, True, False, 0, -7, 2**63 - 1, 2**63, -(10**400), 1.5, -0.0, math.inf, "é\ud800x",
           b"\x00\xff", [1, [2]], (1, (2, "a")), {1, 2}, frozenset({"a"}), {(1, 2): [3], "k": None},

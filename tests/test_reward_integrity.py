@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from objectives.humaneval import HumanEval
-from objectives.judged_tests import UnitTests, oracle_program
 from objectives.mbpp import MBPP, mbpp_tests
+from zoopt.sandbox.judged_tests import UnitTests, oracle_program
 
 CORRECT = "def add(a, b):\n    return a + b\n"
 HALF = "def add(a, b):\n    return 5\n"  # passes add(2, 3) == 5 only

@@ -1,4 +1,4 @@
-"""The sandbox's ``channel`` (objectives/sandbox.py): the program gets one end of a
+"""The sandbox's ``channel`` (zoopt/sandbox/programs.py): the program gets one end of a
 socketpair as fd 3 and no other descriptor; the peer sees end-of-file exactly when the
 program's processes are gone; every isolation layer stays in place."""
 
@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from objectives.sandbox import run_program
+from zoopt.sandbox.programs import run_program
 
 FDS = "import os\nprint(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))\n"
 

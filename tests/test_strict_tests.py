@@ -1,4 +1,4 @@
-"""Tests as units with strict comparisons (objectives/_strict_tests.py)."""
+"""Tests as units with strict comparisons (zoopt/sandbox/strict_tests.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from objectives._strict_tests import (HELPERS, UNIT, check_units, compare_chain, statement_units,
+from zoopt.sandbox.strict_tests import (HELPERS, UNIT, check_units, compare_chain, statement_units,
                                       strict_contains, strict_equal)
 
 EQUAL = [(1, 1), (1, 1.0), (2.0, 2), (1 + 0j, 1), ("a", "a"), ([1, (2,)], [1, (2,)]),

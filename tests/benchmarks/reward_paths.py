@@ -1,12 +1,12 @@
 """The two ways to score HumanEval programs, for tests/benchmarks/test_bench_reward_integrity.py.
 
 * :func:`judged` — today's: :class:`objectives.humaneval.HumanEval` (the program answers calls
-  in the sandbox, a judge worker runs the tests; objectives/judged_tests.py).
+  in the sandbox, a judge worker runs the tests; zoopt/sandbox/judged_tests.py).
 * :func:`in_process` — the harness before issue 27, rebuilt here for the comparison only (it
   can be forged: the tests ran in the program's own process): one program per completion —
   a reporter, the model's code, the test code with each top-level ``assert`` statement of
   ``check`` wrapped to print ``<nonce> pass i`` — run with
-  :func:`objectives.sandbox.run_programs`, the nonce passed in the environment.
+  :func:`zoopt.sandbox.programs.run_programs`, the nonce passed in the environment.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import re
 import secrets
 
 from objectives.humaneval import HumanEval, load_problems, truncate
-from objectives.program_tests import extract_code
-from objectives.sandbox import run_programs
+from zoopt.sandbox.program_tests import extract_code
+from zoopt.sandbox.programs import run_programs
 
 NONCE_VARIABLE = "ZOOPT_TEST_NONCE"
 _REPORTER = f'''\
