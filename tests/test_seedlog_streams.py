@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zoopt.checkpoint import SeedLog
+from zoopt.runs.seedlog import SeedLog
 from zoopt.cli import main
 from zoopt.config import ConfigError
 from zoopt.hparams import TrainConfig, from_dict, to_dict

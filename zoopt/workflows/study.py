@@ -35,13 +35,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
-from ..state import load_params
+from ..runs.jsonable import jsonable
+from ..runs.references import load_params
 from ..study import claims as C
 from ..study.report import write_report
-from .analyze import analyze, evaluate_model, jsonable, tau_dirname
+from .analyze import analyze, evaluate_model, tau_dirname
+from .builders import build_objective
 from .compare import eval_config, plan_methods, run_method, shared_config
 from .coverage import population_coverage
-from .run import build_objective
 from .tuning import base_validation, grid_size, tune, untuned
 
 COMPARE_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -224,7 +225,7 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
 
 def _curves(results: dict, key: str) -> dict:
     """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ES and GRPO."""
-    from ..rundir import RunDir
+    from ..runs.rundir import RunDir
 
     out = {}
     for name in ("es", "grpo"):
