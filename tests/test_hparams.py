@@ -259,6 +259,19 @@ def test_low_rank_noise_takes_its_rank_and_the_default_dict_has_none():
     assert "rank" not in load_config(overrides=["noise.rank=null"])["noise"]
 
 
+def test_noise_stream_is_unset_by_default_and_chooses_the_stream():
+    from zoopt.hparams.run_configs import NOISE_STREAMS
+    from zoopt.noise import STREAMS, Gaussian, noise_from_dict
+
+    assert NOISE_STREAMS == STREAMS
+    assert "stream" not in default_config("train")["noise"]
+    assert noise_from_dict(load_config()["noise"]) == Gaussian(stream="counter")  # unset: the new default
+    cfg = load_config(overrides=["noise.stream=numpy"])
+    assert cfg["noise"]["stream"] == "numpy" and noise_from_dict(cfg["noise"]) == Gaussian(stream="numpy")
+    with pytest.raises(ConfigError, match="^config key 'noise.stream' must be one of counter, numpy"):
+        load_config(overrides=["noise.stream=philox"])
+
+
 # -- the dataclasses in Python ----------------------------------------------------------------
 def test_dataclasses_validate_on_construction_and_are_frozen():
     assert GRPOConfig(lr=1e-5).lr == 1e-5 and TrainConfig(sigma=1).sigma == 1.0

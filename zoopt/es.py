@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from .noise import Gaussian, Noise, noise_from_dict
+from .noise import Gaussian, Noise, noise_from_record
 from .registry import ESTIMATORS, build
 from .types import Population, Update
 
@@ -77,5 +77,5 @@ class ES:
         self.lr = float(state["lr"])
         self.sigma = float(state["sigma"])
         self.population_size = int(state["population_size"])
-        self.noise = noise_from_dict(state["noise"])
+        self.noise = noise_from_record(state["noise"])  # a state that names no stream: the numpy one
         self._population = None

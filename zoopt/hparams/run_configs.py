@@ -15,6 +15,7 @@ DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.mod
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES (tested)
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
 TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.reporting.trackers.TRACKERS (tested)
+NOISE_STREAMS = ("counter", "numpy")                     # = zoopt.noise.STREAMS (tested)
 
 
 # -- keys both runs have (one definition, used by both classes) -----------------------------
@@ -103,6 +104,9 @@ class NoiseConfig(Config):
                           boolean())
     rank: int | None = hp(None, "low_rank only: r in ε = A·Bᵀ/√r (unset: 1)", integer(ge=1, null=True),
                           omit_if_none=True)
+    stream: str | None = hp(None, "generator of the noise bits: counter (the same on every device) or numpy (the stream "
+                            "of runs before it); unset: counter for a new run, the seed log's own on --resume",
+                            string(choices=NOISE_STREAMS, null=True), omit_if_none=True)
 
     def check(self) -> None:
         if self.rank is not None and self.kind != "low_rank":

@@ -1,7 +1,8 @@
 """The seed log: a whole ES run as a base model plus its (seed, coefficient) updates.
 
-``seedlog.json`` holds the base model id, the dtype, the noise config, the ES state and every
-step's update.  It is rewritten atomically after each step (temp file + fsync + rename), so a
+``seedlog.json`` holds the base model id, the dtype, the noise config (with the ``stream`` that
+drew its bits: a log without one was written by the numpy stream and replays with it), the ES
+state and every step's update.  It is rewritten atomically after each step (temp file + fsync + rename), so a
 run killed at any moment leaves either the previous or the next complete log, never half of
 one.  Replaying the updates in order onto the base model's fp32 master reproduces the trained
 weights bit for bit (``zoopt export`` does exactly that).
@@ -13,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from ..noise import Noise, noise_from_dict
+from ..noise import Noise, noise_from_record
 from ..types import Update
 
 FORMAT = "zoopt.seedlog/1"
@@ -52,7 +53,9 @@ class SeedLog:
 
     @property
     def noise(self) -> Noise:
-        return noise_from_dict(self.header["noise"])
+        """The run's noise; a header that names no ``stream`` was written by the numpy stream
+        (:func:`~zoopt.noise.noise_from_record`), and replays with it."""
+        return noise_from_record(self.header["noise"])
 
     @property
     def steps_done(self) -> int:

@@ -1,7 +1,7 @@
 """Worker processes that run a dataset's tests (trusted code) with a hard deadline per job.
 
 The judge of a program's tests (``trusted_judge.py``) runs the dataset's code, which can loop
-(a ``while`` over the model's answers) or take long; like :mod:`objectives.deadline_pool`, it
+(a ``while`` over the model's answers) or take long; like :mod:`zoopt.deadline.pool`, it
 therefore runs in a worker process that is killed (SIGKILL, reaped) and replaced when its job
 overruns.  Unlike the deadline pool, a job here talks to a sandboxed program while it runs, so
 each job comes with a file descriptor — the judge's end of the program's channel, passed over

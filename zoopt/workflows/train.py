@@ -67,8 +67,9 @@ class ESRun(RunTrainer):
     registered)", ...}``); it goes to the seed log, and such a run is resumed from Python only.
     A ``run_dir`` that holds a seed log is resumed: the run keys of ``cfg`` (:data:`RUN_KEYS`,
     those it has), the objects and the engine's weights (against ``base_checksum``) must match
-    the log, whose updates are then replayed onto the engine.  ``owns_engine``: close the engine
-    in :meth:`close`.
+    the log, whose updates are then replayed onto the engine; the run continues with the log's
+    noise stream (a ``cfg`` noise that names another stream is refused).  ``owns_engine``:
+    close the engine in :meth:`close`.
     """
 
     label = "ES"
@@ -97,6 +98,8 @@ class ESRun(RunTrainer):
         if path.exists():
             log = SeedLog.load(path)
             self._check_resume(log)
+            # the log's stream continues (a config that names no stream, or an old log's numpy one)
+            self.es.noise = dataclasses.replace(self.es.noise, stream=log.noise.stream)
             log.replay(self.engine)
             self.es.step = log.steps_done
             return log
@@ -121,9 +124,13 @@ class ESRun(RunTrainer):
         except ConfigError:
             saved = raw
         for key in RUN_KEYS:
-            if key in raw and key in self.cfg and saved[key] != self.cfg[key]:
+            if key in raw and key in self.cfg and not same_run_value(key, saved[key], self.cfg[key]):
                 raise ConfigError(f"--resume: config key {key!r} is {self.cfg[key]!r} but the run "
                                   f"was started with {saved[key]!r}")
+        named = (self.cfg.get("noise") or {}).get("stream")
+        if named is not None and named != log.noise.stream:
+            raise ConfigError(f"--resume: config key 'noise.stream' is {named!r} but the run's seed log was written by "
+                              f"the {log.noise.stream!r} stream; resume with that stream (in a config: leave noise.stream unset)")
         base_checksum = log.header.get("base_checksum")
         if base_checksum is not None and self.engine.checksum() != base_checksum:
             raise ConfigError(f"resume: the engine's weights (checksum {self.engine.checksum()}) are not the ones the "
@@ -241,6 +248,15 @@ class Trainer(ESRun):
         engine = engine if engine is not None else build_engine(cfg, objective)
         super().__init__(cfg, run_dir, engine, objective, es, sampling_from(cfg),
                          base=(str(cfg["model"]), str(cfg["dtype"])), owns_engine=owns)
+
+
+def same_run_value(key: str, saved, now) -> bool:
+    """Whether a resume's ``now`` equals the run's ``saved`` value of ``key``.  The noise's
+    ``stream`` is compared only when both name one: a config without it continues with the
+    seed log's stream (a run started before streams were recorded names none)."""
+    if key == "noise" and isinstance(saved, dict) and isinstance(now, dict) and not ("stream" in saved and "stream" in now):
+        saved, now = ({k: v for k, v in d.items() if k != "stream"} for d in (saved, now))
+    return saved == now
 
 
 def not_resumable(run_dir: str | Path, objects: dict) -> str:

@@ -13,7 +13,8 @@ Contract (that of :class:`~zoopt.engines.base.Engine`, as ``HFEngine``):
 
 - ``perturb``/``restore``/``apply``/``checksum`` give bit for bit the weights and digests that
   ``HFEngine`` gives on the same device type and dtype (noise is drawn per HF parameter name on
-  the master's device; CPU and CUDA streams differ, as everywhere in zoopt).
+  the master's device, from the noise's stream: the default counter stream is the same on CPU
+  and CUDA, the numpy stream of older seed logs is not).
 - ``generate(prompts, sampling)`` encodes prompts exactly as ``HFEngine.encode`` (chat template
   of the model's tokenizer, or plain tokens), hands vLLM token ids, and stops at the same
   tokens (EOS, pad and the generation config's EOS; the stop token is kept).  Greedy
