@@ -64,13 +64,13 @@ def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: s
 
 
 # -- evaluation commands ----------------------------------------------------------------------
-def add_eval_flags(p: argparse.ArgumentParser) -> None:
+def add_eval_flags(p: argparse.ArgumentParser, dtype_help: str = "working dtype (default: the config's dtype)") -> None:
     """The evaluation settings flags of ``eval`` and ``analyze`` (read by :func:`eval_config`), and --plugin."""
     add_plugin_flag(p)
     p.add_argument("--n-problems", type=int, help="test problems (default eval.n_problems)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default eval.temperature)")
     p.add_argument("--max-new-tokens", type=int, help="default eval.max_new_tokens")
-    p.add_argument("--dtype", help="working dtype (default: the config's dtype)")
+    p.add_argument("--dtype", help=dtype_help)
     p.add_argument("--seed", type=int, help="default: the config's seed")
     p.add_argument("--batch-size", type=int, help="default: the config's batch_size")
     p.add_argument("--device", help="default: the config's device")

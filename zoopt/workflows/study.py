@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
-from ..state import load_params
+from ..state import load_base, load_params
 from ..study import claims as C
 from ..study.report import write_report
 from .analyze import analyze, evaluate_model, jsonable, tau_dirname
@@ -186,7 +186,7 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     path = out / "c3.json"
     if path.exists():
         return json.loads(path.read_text())
-    base = load_params(cfg["model"])
+    base = load_base(cfg["model"], cfg["dtype"])  # as every run's engine loaded it (zoopt.state.load_base)
     es, grpo = load_params(results["es"]["model_dir"]), load_params(results["grpo"]["model_dir"])
     drift = {"es": relative_drift(base.params, es.params), "grpo": relative_drift(base.params, grpo.params)}
     alpha = float(cfg["es"].get("lr", default_config("train")["lr"]))
@@ -196,7 +196,8 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
               for m, p in (("es", es), ("grpo", grpo)) for label, t in (("paper", paper_tau), ("scaled to α", scaled))}
     taus = sparsity_taus(base.params, es.params, spec["c3"]["sparsity"])
     del base, es, grpo
-    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus))
+    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus),
+                     dtype=cfg["dtype"])
     thresholds = []
     for rec in report["thresholds"]:
         ev = evaluate_model(_eval_cfg(cfg, rec["dir"]))
@@ -204,7 +205,7 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
         thresholds.append({"tau": rec["tau"], "share_reverted": rec["share_reverted"],
                            "eval": {"summary": ev.summary, "per_problem": ev.per_problem}})
         shutil.rmtree(rec["dir"], ignore_errors=True)  # ~ a model's size each; rebuilt by zoopt analyze --threshold
-    record = {"drift": drift, "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
+    record = {"drift": drift, "dtype": cfg["dtype"], "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
               "thresholds": thresholds, "histogram": report["plots"]["magnitude_histogram"]}
     path.write_text(json.dumps(jsonable(record), indent=2, default=str))
     return record
