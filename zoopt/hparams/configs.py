@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS
+from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS, engine_refusal
 from .schema import (Config, ConfigError, boolean, hp, integer, list_of, mapping, number, section,
                      string)
 
@@ -88,6 +88,13 @@ def check_report_to(value: tuple) -> None:
     """``none`` stands alone: ``[none, wandb]`` is an error."""
     if "none" in value and len(value) > 1:
         raise ConfigError(f"config key 'report_to': none cannot be combined with a tracker, got {list(value)!r}")
+
+
+def check_engine(engine: str, command: str) -> None:
+    """An engine ``command`` cannot run (:data:`zoopt.registry.ENGINE_REFUSALS`) is a one-line error."""
+    reason = engine_refusal(engine, command)
+    if reason:
+        raise ConfigError(f"config key 'engine': {reason}")
 
 
 # -- sections -------------------------------------------------------------------------------
@@ -195,6 +202,7 @@ class TrainConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
+        check_engine(self.engine, "train")
         check_report_to(self.report_to)
 
 
@@ -252,9 +260,7 @@ class GRPOConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
-        if self.engine == "ray":
-            raise ConfigError("config key 'engine': GRPO runs on hf or vllm; ray replicas serve ES only "
-                              "(GRPO's gradient step needs the weights in this process)")
+        check_engine(self.engine, "grpo")
         check_report_to(self.report_to)
 
     def trainer_kwargs(self) -> dict:

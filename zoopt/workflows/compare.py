@@ -41,6 +41,7 @@ from ..config import ConfigError, absolute_paths, config_items, default_config, 
 from ..metrics import relative_drift
 from ..plots import plot_pass_at_k, plot_reward_curves
 from .run import build_engine, build_objective, evaluate_config, run_dir_for
+from ..registry import engine_refusal
 from ..rundir import RunDir
 from ..state import load_base, load_params
 from ..trackers import open_trackers, scalars, tracker_names
@@ -79,6 +80,9 @@ def load_compare_config(path: str | Path | None = None, overrides=()) -> dict:
 def check_compare_config(cfg: dict) -> None:
     if not cfg["methods"]:
         raise ConfigError("methods is empty: nothing to compare")
+    refused = engine_refusal(cfg["engine"], "compare")
+    if refused:
+        raise ConfigError(f"config key 'engine': {refused}")
     for name, schedule in cfg["methods"].items():
         parse_schedule(schedule, name=f"methods.{name}")
     for key in ("es", "grpo"):
