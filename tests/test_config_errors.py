@@ -75,3 +75,10 @@ def test_eval_settings_are_checked_by_their_rules_and_named(setting, message, tm
     assert main(["eval", "--model", "tiny", "--set", setting, "--out", str(tmp_path / "e")]) == 2
     assert message in one_line(capsys, "eval")
     assert not (tmp_path / "e").exists()
+
+
+def test_grpo_dtype_rule_is_the_documented_one(tmp_path, capsys):
+    """docs/configuration.md: GRPO's dtype is one of float32, fp32; bf16 is refused before any model loads."""
+    assert main(["grpo", "--model", "tiny", "--set", "dtype=bf16", "--set", f"run_dir={tmp_path / 'g'}"]) == 2
+    assert "config key 'dtype' must be one of float32, fp32, got 'bf16'" in one_line(capsys, "grpo")
+    assert not (tmp_path / "g").exists()

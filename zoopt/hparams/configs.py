@@ -13,6 +13,7 @@ from .schema import (Config, ConfigError, boolean, hp, integer, list_of, mapping
                      string)
 
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.models.resolve_dtype's names
+FP32_NAMES = ("float32", "fp32")  # GRPO's dtype: the policy it trains holds fp32 weights
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES (tested)
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
 TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.trackers.TRACKERS (tested)
@@ -220,7 +221,8 @@ class GRPOConfig(Config):
                     "reward_errors")
 
     model: str = _model()
-    dtype: str = hp("float32", "GRPO trains fp32 weights (autocast_bf16 for bf16 compute)", string(choices=DTYPES))
+    dtype: str = hp("float32", "GRPO trains fp32 weights, on every engine (autocast_bf16 for bf16 compute)",
+                    string(choices=FP32_NAMES))
     device: str = _device()
     engine: str = hp("hf", "hf | vllm (rollouts on vLLM, a separate fp32 policy trains; docs/vllm.md)",
                      string(registry=ENGINES))
