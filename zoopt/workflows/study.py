@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
+from ..objective import load_split
 from ..state import load_base, load_params
 from ..study import claims as C
 from ..study.report import write_report
@@ -108,8 +109,9 @@ def _check_resume(study_dir: Path, spec: dict) -> None:
 def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, log=print) -> dict:
     """Run (or resume) the study ``spec`` (:func:`zoopt.study.spec.load_study_spec`); its report."""
     study_dir = study_dir_for(spec, out)
-    _check_resume(study_dir, spec)
     objective = build_objective(spec)
+    check_data(spec, objective)
+    _check_resume(study_dir, spec)
     methods = methods_for(spec)
     tuning_on = bool(spec["tuning"]["enabled"])
     units = (1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0) + len(methods) + 2
@@ -136,6 +138,19 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     report = write_report(study_dir, spec, tuned, results, outcome)
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
+
+
+def check_data(spec: dict, objective) -> None:
+    """Read the objective's train and test data before any work (and before the study directory
+    exists): data that cannot be had (no hub, no offline source) is its objective's one-line
+    error now, not hours later, and a validation carve that leaves nothing to train on says so
+    with the train split's size."""
+    n_train = len(objective.dataset("train"))
+    load_split(objective, "test", max(1, int(spec["eval"]["n_problems"])), key="eval.n_problems")
+    n_validation = int(spec["tuning"]["validation"])
+    if spec["tuning"]["enabled"] and n_validation >= n_train:
+        raise ConfigError(f"tuning.validation: {n_validation} problems leave none of the {n_train} train problems "
+                          f"of {spec['objective']!r} to train on")
 
 
 def _tuning(spec, out: Path, bar, task, enabled: bool) -> dict:
