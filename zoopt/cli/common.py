@@ -24,6 +24,7 @@ from ..registry import engine_refusal, engines_for
 from ..state import resolve_model, run_config
 
 MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
+EVALUATION_KEYS = ("dtype", "device", "engine", "seed", "batch_size", "reward_timeout_s", "reward_errors", "eval")
 EVAL_FLAGS = ("n_problems", "temperature", "max_new_tokens", "dtype", "seed", "batch_size",
               "device", "engine")
 
@@ -123,7 +124,9 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
     refused = engine_refusal(cfg["engine"], "eval")
     if refused:
         raise ConfigError(f"--engine {cfg['engine']}: {refused}")
-    validate(cfg, "train")  # every value against its rule: a bad one is one line naming its key
+    # the values evaluation reads, against train.yaml's rules (a bad one is one line naming its key);
+    # a run's training-only keys (an estimator zoopt.fit was given as an object) are not its business
+    validate({**default_config(), **{k: cfg[k] for k in EVALUATION_KEYS}}, "train")
     return absolute_paths(cfg)
 
 
