@@ -82,3 +82,15 @@ def test_load_base_is_the_engines_cast_widened(zero_run):
     assert all(t.dtype.is_floating_point and t.dtype == base[n].dtype for n, t in trained.items())
     assert all(bool((base[n] == t).all()) for n, t in trained.items())
     assert relative_drift(base, trained) == 0.0
+
+
+def test_a_compare_methods_dtype_is_its_phases(tmp_path):
+    """``zoopt analyze BASE STUDY/runs/es/model``: a compare method keeps its config per phase."""
+    method = tmp_path / "es"
+    (method / "model").mkdir(parents=True)
+    (method / "model" / "config.json").write_text("{}")
+    assert run_dtype(method / "model") == "float32"  # nothing says otherwise
+    (method / "phase0-es").mkdir()
+    (method / "phase0-es" / "config.yaml").write_text("dtype: bfloat16\nmodel: tiny\n")
+    assert run_dtype(method / "model") == run_dtype(method) == "bfloat16"
+    assert run_dtype(tmp_path / "missing") == run_dtype("tiny") == "float32"

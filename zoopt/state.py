@@ -86,9 +86,18 @@ def load_params(spec: str | Path, dtype: str = "float32", device: str = "cpu") -
 
 def run_dtype(spec: str | Path) -> str:
     """The dtype the run behind ``spec`` worked in: the ``dtype`` of its ``config.yaml`` (a run
-    directory, or the ``model/`` inside one), else ``"float32"`` (an HF directory or a name of
-    unknown provenance is taken as it is)."""
-    cfg = run_config(spec) if Path(str(spec)).expanduser().exists() else None
+    directory, or the ``model/`` inside one; for a ``zoopt compare``/``zoopt study`` method, which
+    keeps one config per phase, its first phase's ``phase0-*/config.yaml``: every phase shares
+    the method's engine), else ``"float32"`` (an HF directory or a name of unknown provenance is
+    taken as it is)."""
+    path = Path(str(spec)).expanduser()
+    if not path.exists():
+        return "float32"
+    cfg = run_config(path)
+    if cfg is None:
+        method = path.parent if path.name == "model" else path
+        phases = sorted(method.glob("phase0-*/config.yaml"))
+        cfg = RunDir(phases[0].parent).read_config() if phases else None
     return str((cfg or {}).get("dtype") or "float32")
 
 
