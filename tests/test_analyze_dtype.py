@@ -13,7 +13,7 @@ import pytest
 
 from zoopt.cli import main
 from zoopt.models import load_model
-from zoopt.state import load_base, run_dtype
+from zoopt.runs.references import load_base, run_dtype
 from zoopt.metrics import relative_drift
 
 TINY_WEIGHTS = 79_360  # named parameters of the tiny model (tied lm_head once)

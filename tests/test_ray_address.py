@@ -23,7 +23,7 @@ def no_cluster(monkeypatch):
 
 
 def test_connect_says_it_in_one_line(no_cluster):
-    from zoopt.engines.ray_cluster import NoRayCluster, connect
+    from zoopt.engines.ray.cluster import NoRayCluster, connect
 
     with pytest.raises(NoRayCluster) as err:
         connect("auto")

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..config import ConfigError, absolute_paths, default_config, merge, parse_override, set_dotted
 from ..hparams import validate
 from ..registry import engine_refusal, engines_for
-from ..state import resolve_model, run_config
+from ..runs.references import resolve_model, run_config
 
 MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
 EVALUATION_KEYS = ("dtype", "device", "engine", "seed", "batch_size", "reward_timeout_s", "reward_errors", "eval")

@@ -16,8 +16,8 @@ import math
 import time
 from pathlib import Path
 
-from .. import plots
-from ..workflows.analyze import jsonable
+from ..reporting import plots
+from ..runs.jsonable import jsonable
 from .claims import TITLES, summarise
 
 INCONCLUSIVE_RULE = ("A verdict is drawn from a paired bootstrap over the held-out problems (2000 resamples, "

@@ -2,10 +2,10 @@
 training move the weights, and how much of the gain do the small updates carry?
 
 With ``Δ = θ − θ₀'`` (TRAINED minus BASE, compared on ``named_parameters`` so tied tensors count
-once; see :mod:`zoopt.state`), where TRAINED is read as saved (a run's ``model/`` holds its fp32
-master) and ``θ₀' = fp32(cast_dtype(θ₀))`` is BASE loaded in the dtype the run worked in, as its
-engine loaded it (:func:`zoopt.state.load_base`; ``dtype``: the run's ``config.yaml``, else
-float32), so Δ is the update and not BASE's own rounding to bf16/fp16:
+once; see :mod:`zoopt.runs.references`), where TRAINED is read as saved (a run's ``model/`` holds its
+fp32 master) and ``θ₀' = fp32(cast_dtype(θ₀))`` is BASE loaded in the dtype the run worked in, as
+its engine loaded it (:func:`zoopt.runs.references.load_base`; ``dtype``: the run's ``config.yaml``,
+else float32), so Δ is the update and not BASE's own rounding to bf16/fp16:
 
 * relative drift ``D_rel = ‖Δ‖₂ / ‖θ₀‖₂``, overall and per parameter group
   (:func:`zoopt.metrics.relative_drift`, :func:`~zoopt.metrics.drift_by_group`);
@@ -18,7 +18,7 @@ float32), so Δ is the update and not BASE's own rounding to bf16/fp16:
   change the accuracy).
 
 Evaluation settings come from a run config (``zoopt/configs/train.yaml`` keys) and go through
-:func:`zoopt.workflows.run.evaluate_config`, as the training loop's do, so an accuracy here
+:func:`zoopt.workflows.builders.evaluate_config`, as the training loop's do, so an accuracy here
 equals the training loop's at the same settings.
 """
 
@@ -32,13 +32,13 @@ from typing import Callable
 import torch
 from rich.table import Table
 
-from .. import plots
-from ..evaluate import EvalResult
-from ..metrics import (TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group,
-                       threshold_state_dict)
+from ..metrics import TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group, threshold_state_dict
 from ..models import ModelLoadError
-from ..state import LoadedModel, load_base, load_params, run_dtype, save_with_params
-from .run import build_engine, build_objective, eval_kwargs, evaluate_config
+from ..reporting import plots
+from ..runs.jsonable import jsonable
+from ..runs.references import LoadedModel, load_base, load_params, run_dtype, save_with_params
+from .builders import build_engine, build_objective, eval_kwargs, evaluate_config
+from .evaluate import EvalResult
 
 Params = dict[str, torch.Tensor]
 
@@ -113,7 +113,7 @@ def analyze(base_spec: str, trained_spec: str, out: str | Path, *, tau: float = 
     naming the objective) also evaluate BASE, TRAINED and every thresholded model.
 
     ``dtype``: the dtype the run worked in, in which BASE is loaded before it is widened to
-    fp32 (module docstring); default :func:`zoopt.state.run_dtype` of TRAINED."""
+    fp32 (module docstring); default :func:`zoopt.runs.references.run_dtype` of TRAINED."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = run_dtype(trained_spec) if dtype is None else str(dtype)
@@ -153,17 +153,6 @@ def _evaluate_all(report: dict, eval_cfg: dict, progress) -> dict:
     settings.update(objective=eval_cfg["objective"], objective_args=eval_cfg.get("objective_args"),
                     dtype=eval_cfg["dtype"], ks=list(settings["ks"]))
     return {"settings": settings, "base": base_s, "trained": trained_s}
-
-
-def jsonable(obj):
-    """``obj`` with NaN/inf floats as ``None``/strings and tuples as lists (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    return obj
 
 
 # -- tables -------------------------------------------------------------------------------

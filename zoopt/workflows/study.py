@@ -36,13 +36,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
 from ..objective import load_split
-from ..state import load_base, load_params
+from ..runs.jsonable import jsonable
+from ..runs.references import load_base, load_params
 from ..study import claims as C
 from ..study.report import write_report
-from .analyze import analyze, evaluate_model, jsonable, tau_dirname
+from .analyze import analyze, evaluate_model, tau_dirname
+from .builders import build_objective
 from .compare import eval_config, plan_methods, run_method, shared_config
 from .coverage import population_coverage
-from .run import build_objective
 from .tuning import base_validation, grid_size, tune, untuned
 
 COMPARE_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -201,7 +202,7 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     path = out / "c3.json"
     if path.exists():
         return json.loads(path.read_text())
-    base = load_base(cfg["model"], cfg["dtype"])  # as every run's engine loaded it (zoopt.state.load_base)
+    base = load_base(cfg["model"], cfg["dtype"])  # as every run's engine loaded it (zoopt.runs.references.load_base)
     es, grpo = load_params(results["es"]["model_dir"]), load_params(results["grpo"]["model_dir"])
     drift = {"es": relative_drift(base.params, es.params), "grpo": relative_drift(base.params, grpo.params)}
     alpha = float(cfg["es"].get("lr", default_config("train")["lr"]))
@@ -240,7 +241,7 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
 
 def _curves(results: dict, key: str) -> dict:
     """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ES and GRPO."""
-    from ..rundir import RunDir
+    from ..runs.rundir import RunDir
 
     out = {}
     for name in ("es", "grpo"):
