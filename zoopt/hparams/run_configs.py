@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS
+from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS, engine_refusal
 from .schema import Config, ConfigError, boolean, hp, integer, list_of, mapping, number, section, string
 
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.models.resolve_dtype's names
+FP32_NAMES = ("float32", "fp32")  # GRPO's dtype: the policy it trains holds fp32 weights
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES (tested)
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
 TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.reporting.trackers.TRACKERS (tested)
@@ -88,6 +89,13 @@ def check_report_to(value: tuple) -> None:
     """``none`` stands alone: ``[none, wandb]`` is an error."""
     if "none" in value and len(value) > 1:
         raise ConfigError(f"config key 'report_to': none cannot be combined with a tracker, got {list(value)!r}")
+
+
+def check_engine(engine: str, command: str) -> None:
+    """An engine ``command`` cannot run (:data:`zoopt.registry.ENGINE_REFUSALS`) is a one-line error."""
+    reason = engine_refusal(engine, command)
+    if reason:
+        raise ConfigError(f"config key 'engine': {reason}")
 
 
 # -- sections -------------------------------------------------------------------------------
@@ -198,6 +206,7 @@ class TrainConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
+        check_engine(self.engine, "train")
         check_report_to(self.report_to)
 
 
@@ -215,7 +224,8 @@ class GRPOConfig(Config):
                     "reward_errors")
 
     model: str = _model()
-    dtype: str = hp("float32", "GRPO trains fp32 weights (autocast_bf16 for bf16 compute)", string(choices=DTYPES))
+    dtype: str = hp("float32", "GRPO trains fp32 weights, on every engine (autocast_bf16 for bf16 compute)",
+                    string(choices=FP32_NAMES))
     device: str = _device()
     engine: str = hp("hf", "hf | vllm (rollouts on vLLM, a separate fp32 policy trains; docs/vllm.md)",
                      string(registry=ENGINES))
@@ -255,9 +265,7 @@ class GRPOConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
-        if self.engine == "ray":
-            raise ConfigError("config key 'engine': GRPO runs on hf or vllm; ray replicas serve ES only "
-                              "(GRPO's gradient step needs the weights in this process)")
+        check_engine(self.engine, "grpo")
         check_report_to(self.report_to)
 
     def trainer_kwargs(self) -> dict:

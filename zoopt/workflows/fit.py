@@ -27,7 +27,9 @@ it), ``metrics.jsonl``, ``config.yaml``, ``eval_*.json``, ``checksum.txt``, ``tr
 The other settings are ``zoopt train``'s keys, with their rules (:class:`~zoopt.hparams.TrainConfig`):
 ``evaluation`` is its ``eval`` section (None: no held-out evaluation), ``report_to``,
 ``log_every``, ``checkpoint_every``, ``reward_timeout_s``, ``reward_errors``, ``batch_size``,
-``export``; a bad value is a one-line :class:`~zoopt.config.ConfigError` naming the key.
+``export`` (default true, as ``zoopt train``'s: ``run_dir/model/`` is what ``zoopt eval --model
+RUN`` and ``zoopt analyze RUN`` read); a bad value is a one-line
+:class:`~zoopt.config.ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from .train import ESRun
 
 def fit(engine, objective, es: ES, *, steps: int, prompts_per_step: int, sampling: Sampling,
         run_dir: str | Path | None = None, callbacks: Sequence[Callback] = (), report_to: str | Sequence[str] = "none",
-        evaluation: EvalConfig | Mapping | None = None, resume: bool = False, export: bool = False,
+        evaluation: EvalConfig | Mapping | None = None, resume: bool = False, export: bool = TrainConfig.export,
         log_every: int = 1, checkpoint_every: int = 0, reward_timeout_s: float = TrainConfig.reward_timeout_s,
         reward_errors: str = TrainConfig.reward_errors, batch_size: int = TrainConfig.batch_size,
         progress: bool = True, console=None) -> RunResult:

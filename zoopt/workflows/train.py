@@ -34,7 +34,7 @@ from ..config import ConfigError
 from ..engines.base import Sampling
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
-from ..objective import step_indices
+from ..objective import ZooptWarning, step_indices
 from ..registry import ENGINES
 from ..reporting.progress import TrainProgress
 from ..reporting.trackers import ReportTo
@@ -300,8 +300,17 @@ def train(cfg: dict, resume: str | Path | None = None, console=None, show_progre
 
 def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | None = None,
                         device: str = "cpu") -> tuple[Path, str]:
-    """Rebuild a run's weights from its seed log alone and write them as an HF directory."""
+    """Rebuild a run's weights from its seed log alone and write them as an HF directory.
+
+    ``upto``: replay only the first ``upto`` steps (≥ 0); more than the log holds replays all of
+    them, with a :class:`~zoopt.objective.ZooptWarning` saying how many that is."""
     log = SeedLog.load(seedlog_path)
+    if upto is not None:
+        if isinstance(upto, bool) or not isinstance(upto, int) or upto < 0:
+            raise ValueError(f"--upto must be an integer ≥ 0, got {upto!r}")
+        if upto > log.steps_done:
+            warnings.warn(f"--upto {upto}: the seed log has {log.steps_done} steps; exporting all {log.steps_done}",
+                          ZooptWarning, stacklevel=2)
     engine = ENGINES.get("hf").from_pretrained(log.header["model"], dtype=log.header["dtype"], device=device)
     try:
         log.replay(engine, upto=upto)
