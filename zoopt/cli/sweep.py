@@ -1,6 +1,6 @@
 """``zoopt sweep SPEC``: an Optuna sweep of ES or GRPO hyper-parameters (the ``sweeps`` plugin package).
 
-``SPEC`` is a spec YAML or a packaged spec name (``tiny``, ``default``, ``pareto``); see
+``SPEC`` is a spec YAML or a packaged spec name (``tiny``, ``default``, ``pareto``, ``update-rules``); see
 ``docs/sweeps.md``.  Re-running with the same study name and storage adds trials.  The
 ``sweeps`` package is reached only through lazy registry targets, as the design asks of the
 core.
@@ -20,7 +20,7 @@ HELP = "search ES or GRPO hyper-parameters with Optuna (resumable, parallel)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", help="a sweep spec YAML, or tiny | default | pareto")
+    p.add_argument("spec", help="a sweep spec YAML, or tiny | default | pareto | update-rules | grpo-tiny")
     p.add_argument("--study", metavar="NAME", help="study name (default: the spec's name)")
     p.add_argument("--storage", metavar="URL", help="Optuna RDB URL (default: sqlite under the study directory)")
     p.add_argument("--n-trials", type=int, metavar="N", help="trials to add in this call (default: the spec's)")
