@@ -104,6 +104,16 @@ class Chain(UpdateRule):
     rules: tuple[UpdateRule, ...] = ()
     kind: ClassVar[str] = "chain"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+        for i, rule in enumerate(self.rules):
+            if not isinstance(rule, UpdateRule) or isinstance(rule, Chain):
+                raise TypeError(f"a Chain holds update rules other than chains (zoopt.updates.chain flattens), "
+                                f"got {rule!r}")
+            if rule.needs_norm and i > 0:
+                raise ValueError(f"{rule.kind} acts on ĝ itself: put it first in the chain "
+                                 f"(it is link {i + 1} of {', '.join(r.kind for r in self.rules)})")
+
     @property
     def needs_norm(self) -> bool:  # type: ignore[override]
         return any(r.needs_norm for r in self.rules)

@@ -24,13 +24,11 @@ def chain(*rules: UpdateRule) -> UpdateRule:
         if not isinstance(rule, UpdateRule):
             raise TypeError(f"chain takes update rules, got {type(rule).__name__}: {rule!r}")
         flat.extend(r for r in rule.links if r.kind != "sgd")
-    for i, rule in enumerate(flat):
-        if rule.needs_norm and i > 0:
-            raise ValueError(f"{rule.kind} acts on ĝ itself: put it first in the chain "
-                             f"(it is link {i + 1} of {', '.join(r.kind for r in flat)})")
     if not flat:
         return SGD()
-    return flat[0] if len(flat) == 1 else Chain(tuple(flat))
+    if len(flat) == 1:
+        return flat[0]
+    return Chain(tuple(flat))  # checks that a rule needing ‖ĝ‖ comes first
 
 
 def rule_from_dict(config: dict) -> UpdateRule:
