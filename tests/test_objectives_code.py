@@ -117,7 +117,7 @@ def test_mbpp_reads_the_sanitized_config_too():
            "test_imports": ["import math"], "test_list": ["assert add(1, 1) == 2"]}
     assert _normalise(row, challenge_tests=False) == {
         "task_id": 7, "description": "Add.", "tests": ["assert add(1, 1) == 2"],
-        "setup": "import math"}
+        "setup": "import math", "functions": ["add"]}
 
 
 # ---- rewards -------------------------------------------------------------------------------

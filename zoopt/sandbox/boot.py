@@ -16,7 +16,9 @@ loaded by file path when the parent found it.  Three processes:
   namespace's init exits, the kernel SIGKILLs every process left in it (double-forked,
   ``setsid``-ed daemons included) before B's ``waitpid`` on I returns.
 * **P** (the program): resource limits, an unprivileged uid/gid, ``no_new_privs``, the
-  seccomp filter, every other fd closed, then the program, compiled and run as ``__main__``.
+  seccomp filter, every other fd closed (except the caller's ``channel``, moved to fd 3; B and
+  I close their copies, so its peer sees end-of-file once P and its children are gone), then
+  the program, compiled and run as ``__main__``.
 
 Without a PID namespace (the kernel refused it), I and B are child subreapers and kill every
 descendant left behind: the fallback, recorded in the report.  The layers themselves are in
@@ -73,7 +75,10 @@ def run_program(cfg: dict, info: dict, workdir: str, seccomp_filter, ready_w: in
         if seccomp_filter is not None:
             seccomp_filter.load()
         os.write(ready_w, b"1")
-        os.closerange(3, 65536)
+        channel = cfg.get("channel_fd")
+        if channel is not None and channel != 3:
+            os.dup2(channel, 3)
+        os.closerange(3 if channel is None else 4, 65536)
         os.environ.clear()
         os.environ.update(cfg["env"], HOME=workdir, TMPDIR=workdir)
         sys.argv = ["program.py"]
@@ -106,6 +111,15 @@ def run_program(cfg: dict, info: dict, workdir: str, seccomp_filter, ready_w: in
         sys.stderr.flush()
     finally:
         os._exit(code & 0xFF)
+
+
+def close_channel(cfg: dict) -> None:
+    """Close this process's copy of the caller's channel (only the program keeps one)."""
+    if cfg.get("channel_fd") is not None:
+        try:
+            os.close(cfg["channel_fd"])
+        except OSError:
+            pass
 
 
 def kill_descendants(pid: int) -> None:
@@ -152,6 +166,7 @@ def init(cfg: dict, info: dict, status_w: int, seccomp_filter) -> None:
             os.close(ready_r)
             run_program(cfg, info, workdir, seccomp_filter, ready_w)
         os.close(ready_w)
+        close_channel(cfg)
         while True:  # reap orphans until the program itself is done
             pid, status = os.waitpid(-1, 0)
             if pid == program:
@@ -231,6 +246,7 @@ def main() -> None:
             report.close()
             init(cfg, info, status_w, seccomp_filter)
         os.close(status_w)
+        close_channel(cfg)
         finished = wait_until(child, deadline)
         if not finished:
             os.kill(child, signal.SIGKILL)

@@ -19,7 +19,10 @@ docs/sandbox.md for the threat model):
   ``allow_exec``), ``socket`` (a stream ``socketpair`` stays), namespace creation, ``ptrace``, ``mount``,
   ``bpf``, ``io_uring``, keyrings, module loading and similar kernel attack surface;
 * stdout and stderr read by a bounded reader: past ``max_output_bytes`` on either stream the
-  program is stopped (status ``"output_limit"``).
+  program is stopped (status ``"output_limit"``);
+* optionally a ``channel``: one end of a stream ``socketpair`` that the program finds as fd 3
+  (the only descriptor besides 0-2 it keeps) — how a trusted process talks to it while it
+  runs (:mod:`zoopt.sandbox.judged_tests`).
 
 Where the kernel refuses a network namespace, ``network="refuse"`` (default) does not run the
 program (status ``"refused"``) and ``network="warn"`` runs it with a RuntimeWarning; either way
@@ -49,6 +52,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -118,7 +122,8 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
                 max_output_bytes: int = 256 * 1024, network: str = "refuse",
                 uid: int | None = None, allow_exec: bool = False, seccomp: bool = True,
                 namespaces: bool = True, env: dict[str, str] | None = None,
-                cancel: threading.Event | None = None) -> SandboxResult:
+                cancel: threading.Event | None = None,
+                channel: socket.socket | None = None) -> SandboxResult:
     """Run the Python program ``source`` in the sandbox and return what it did; never raises
     because of the program.
 
@@ -140,6 +145,10 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
     * ``seccomp`` — install the syscall filter when pyseccomp and libseccomp are available.
     * ``namespaces`` — False skips the namespaces (tests of the fallback; not for real use).
     * ``env`` — extra environment variables; ``cancel`` — an event that stops the run early.
+    * ``channel`` — a connected stream socket (one end of ``socket.socketpair()``) that the
+      program gets as fd 3.  run_program closes this process's copy as soon as the child holds
+      it (or when it cannot start), so the peer sees end-of-file exactly when the program's
+      processes are gone; the bootstrap's own processes close theirs before the program runs.
     """
     if network not in NETWORK_MODES:
         raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
@@ -147,6 +156,7 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     start = time.monotonic()
     if cancel is not None and cancel.is_set():
+        _close(channel)
         return SandboxResult("cancelled")
     workdir = tempfile.mkdtemp(prefix="zoopt-sbx-")
     try:
@@ -162,18 +172,21 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
             + UID_RANGE[0],
             "allow_exec": bool(allow_exec), "namespaces": bool(namespaces),
             "env": {str(k): str(v) for k, v in (env or {}).items()},
+            "channel_fd": channel.fileno() if channel is not None else None,
             **(_seccomp_paths() if seccomp else {}),
         }
+        passed = (report_w,) if channel is None else (report_w, channel.fileno())
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(BOOTSTRAP), json.dumps(config)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(report_w,), start_new_session=True, env=dict(_ENV), cwd=workdir)
+                pass_fds=passed, start_new_session=True, env=dict(_ENV), cwd=workdir)
         except OSError as exc:
             os.close(report_r)
             return SandboxResult("sandbox_error", notes=(f"could not start: {exc}",))
         finally:
             os.close(report_w)
+            _close(channel)
         result = _collect(proc, report_r, start, float(timeout_s), int(max_output_bytes), cancel)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -262,6 +275,11 @@ def _result(data: dict, truncated: dict, stop_reason: str | None, duration: floa
         seccomp=bool(report.get("seccomp")), uid=report.get("uid"),
         duration_s=duration, stdout_truncated=truncated["stdout"],
         stderr_truncated=truncated["stderr"], notes=tuple(report.get("notes") or ()))
+
+
+def _close(channel: socket.socket | None) -> None:
+    if channel is not None:
+        channel.close()
 
 
 def _signal(proc: subprocess.Popen, signum: int) -> None:
