@@ -5,10 +5,11 @@ rule (``update``: :meth:`zoopt.updates.UpdateRule.to_dict`) and every step's upd
 ``sgd`` — and in a log whose header names no rule, written before rules existed — a record's
 coefficients are the step α·ĝ; under any other rule they are ĝ's, and replaying hands the
 engine ĝ with ``chain(rule, scale(α))`` at that step, so the rule's state (momentum buffer,
-moments) is rebuilt exactly as the run built it.  It is rewritten atomically after each step (temp file + fsync + rename), so a
-run killed at any moment leaves either the previous or the next complete log, never half of
-one.  Replaying the updates in order onto the base model's fp32 master reproduces the trained
-weights bit for bit (``zoopt export`` does exactly that).
+moments) is rebuilt exactly as the run built it.  The log is rewritten atomically after each
+step (temp file + fsync + rename), so a run killed at any moment leaves either the previous or
+the next complete log, never half of one.  Replaying the updates in order onto the base
+model's fp32 master reproduces the trained weights bit for bit (``zoopt export`` does exactly
+that).
 """
 
 from __future__ import annotations
