@@ -4,7 +4,8 @@ Modelled on lm-evaluation-harness's ``api/registry.py``: registering a name twic
 a miss suggests the closest names, and targets given as ``"package.module:attr"`` strings are
 imported only when first asked for, so the core never imports a plugin package it does not use.
 Third-party packages add names through the entry-point group given to the registry
-(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``); user modules
+(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``,
+``zoopt.update_rules``); user modules
 listed in ``ZOOPT_PLUGINS`` (or given with ``--plugin``) are imported before a lookup, so the
 names they register are found (:mod:`zoopt.plugins`).
 """
@@ -143,6 +144,11 @@ NOISE.register("rademacher", "zoopt.noise:Rademacher")
 NOISE.register("low_rank", "zoopt.noise:LowRank")
 
 OBJECTIVES = Registry("objective", "zoopt.objectives")
+
+UPDATE_RULES = Registry("update rule", "zoopt.update_rules")  # by kind: how a seed log's header rebuilds a rule
+for _name, _cls in (("sgd", "SGD"), ("momentum", "Momentum"), ("adam", "Adam"), ("rmsprop", "RMSProp"),
+                    ("weight_decay", "WeightDecay"), ("clip_by_norm", "ClipByNorm"), ("scale", "Scale")):
+    UPDATE_RULES.register(_name, f"zoopt.updates.rules:{_cls}")
 
 ENGINES = Registry("engine", "zoopt.engines")
 ENGINES.register("module", "zoopt.engines.module:ModuleEngine")

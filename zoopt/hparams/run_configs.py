@@ -17,6 +17,8 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
 TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.reporting.trackers.TRACKERS (tested)
 NOISE_STREAMS = ("counter", "numpy")                     # = zoopt.noise.STREAMS (tested)
+UPDATE_RULES = ("sgd", "momentum", "adam", "rmsprop")    # = zoopt.updates.config.RULE_NAMES (tested)
+DECAY_TOWARDS = ("base", "zero")                         # = zoopt.updates.rules.DECAY_TOWARDS (tested)
 
 
 # -- keys both runs have (one definition, used by both classes) -----------------------------
@@ -122,6 +124,27 @@ class NoiseConfig(Config):
 
 
 @dataclass(frozen=True)
+class UpdateConfig(Config):
+    """The update rule over ĝ: θ ← θ + α·rule(ĝ) (docs/concepts.md, docs/update-rules.md)."""
+
+    prefix = "update."
+    rule: str = hp("sgd", "sgd (θ ← θ + α·ĝ) | momentum (heavy-ball) | adam | rmsprop; the state a rule keeps "
+                   "beside the master is rebuilt from the seed log", string(choices=UPDATE_RULES))
+    momentum: float = hp(0.9, "momentum only: μ in v ← μ·v + ĝ", number(ge=0, lt=1))
+    nesterov: bool = hp(False, "momentum only: the step is ĝ + μ·v instead of v", boolean())
+    b1: float = hp(0.9, "adam only: decay of the first moment", number(ge=0, lt=1))
+    b2: float = hp(0.999, "adam only: decay of the second moment", number(ge=0, lt=1))
+    eps: float = hp(1.0e-8, "adam and rmsprop: ε in the denominator √(…) + ε", number(gt=0))
+    rms_decay: float = hp(0.9, "rmsprop only: ρ in s ← ρ·s + (1−ρ)·ĝ²", number(ge=0, lt=1))
+    weight_decay: float = hp(0.0, "λ of decoupled weight decay, after the rule: α·(rule(ĝ) − λ·(θ − θ₀)); 0: off",
+                             number(ge=0))
+    decay_towards: str = hp("base", "weight decay pulls towards θ₀ = the run's first weights (base) or 0 (zero)",
+                            string(choices=DECAY_TOWARDS))
+    clip_norm: float | None = hp(None, "clip ĝ to this global L2 norm before the rule (a first pass over every "
+                                 "moved tensor); null: no clipping", number(gt=0, null=True))
+
+
+@dataclass(frozen=True)
 class SamplingConfig(Config):
     """How rollouts are sampled."""
 
@@ -184,7 +207,9 @@ class TrainConfig(Config):
                       string(choices=("paper", "textbook")))
     population_size: int = hp(16, "N: members per step (even for two_point)", integer(ge=2))
     sigma: float = hp(5.0e-3, "σ: the perturbation scale, θ + σε (paper: 1.5e-3)", number(gt=0))
-    lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4)", number(gt=0))
+    lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4); with an update rule, θ ← θ + α·rule(ĝ)",
+                   number(gt=0))
+    update: UpdateConfig = section(UpdateConfig, "the update rule over ĝ (sgd, momentum, adam, rmsprop; decay, clipping)")
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
     population: str = hp("auto", "how a step's members run: auto (one batched call for low_rank noise where the "
                          "engine has one — hf; vllm with engine_args.max_loras — else member by member) | batched | "

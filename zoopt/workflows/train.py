@@ -48,7 +48,7 @@ from .loop import RunTrainer, run_loop
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",
-            "shaping", "scaling", "population_size", "sigma", "lr", "noise", "population", "sampling")
+            "shaping", "scaling", "population_size", "sigma", "lr", "update", "noise", "population", "sampling")
 
 
 class ESRun(RunTrainer):
@@ -108,7 +108,7 @@ class ESRun(RunTrainer):
         self.run_dir.write_config(self.cfg)
         extra = {"base_checksum": self.engine.checksum(), **({"objects": self.objects} if self.objects else {})}
         return SeedLog.create(path, model=str(base[0]), dtype=str(base[1]), noise=self.es.noise,
-                              es_state=self.es.state_dict(), config=self.cfg, **extra)
+                              es_state=self.es.state_dict(), config=self.cfg, rule=self.es.rule, **extra)
 
     def _check_resume(self, log: SeedLog) -> None:
         """One-line :class:`ConfigError` when ``log`` is not the run these parts continue."""
@@ -131,6 +131,8 @@ class ESRun(RunTrainer):
         if named is not None and named != log.noise.stream:
             raise ConfigError(f"--resume: config key 'noise.stream' is {named!r} but the run's seed log was written by "
                               f"the {log.noise.stream!r} stream; resume with that stream (in a config: leave noise.stream unset)")
+        if log.rule != self.es.rule:  # the header's rule (none: sgd) is the one its records replay with
+            raise ConfigError(f"resume: the run's update rule was {log.rule.to_dict()}, got {self.es.rule.to_dict()}")
         base_checksum = log.header.get("base_checksum")
         if base_checksum is not None and self.engine.checksum() != base_checksum:
             raise ConfigError(f"resume: the engine's weights (checksum {self.engine.checksum()}) are not the ones the "
@@ -184,15 +186,16 @@ class ESRun(RunTrainer):
         t0 = time.perf_counter()
         engine.apply(noise, update)
         apply_s = time.perf_counter() - t0
-        coef_norm = math.sqrt(sum(c * c for c in update.coefficients))
+        coef_norm = math.sqrt(sum(c * c for c in update.coefficients))  # of α·ĝ (sgd), else of ĝ
         record = {
             "step": population.step,
             "reward_mean": float(np.mean(rewards)), "reward_max": float(np.max(rewards)),
             "reward_min": float(np.min(rewards)), "reward_std": float(np.std(rewards)),
             "shaped_min": update.info.get("shaped_min"), "shaped_max": update.info.get("shaped_max"),
             "degenerate": update.info.get("degenerate"),
-            "update_coef_norm": coef_norm,
-            # ‖Σcᵢεᵢ‖ ≈ √(Σcᵢ²)·√D for independent unit-variance noise over D moved weights
+            "update_coef_norm": coef_norm, "update_rule": es.rule.label,
+            # ‖Σcᵢεᵢ‖ ≈ √(Σcᵢ²)·√D for independent unit-variance noise over D moved weights: the step
+            # under sgd; under another rule ‖ĝ‖ (the step is the rule's, made in the engine)
             "update_l2_expected": coef_norm * math.sqrt(self.moved_params),
             # mean per-token entropy (nats) of the sampling distribution over all members' tokens
             "entropy": mean_token_entropy(entropies) if any(entropies) else None,
@@ -221,7 +224,8 @@ class ESRun(RunTrainer):
     def describe(self, record: dict) -> str:
         failed = record["reward_failed"] + record["reward_timed_out"]
         return (f"step {record['step']:>3}  reward mean {record['reward_mean']:.4f} max {record['reward_max']:.4f}"
-                f"  |Δ|≈{record['update_l2_expected']:.3g}  gen {record['time_generate_s']:.1f}s"
+                f"  {'|Δ|' if record.get('update_rule', 'sgd') == 'sgd' else '|ĝ|'}≈{record['update_l2_expected']:.3g}"
+                f"  gen {record['time_generate_s']:.1f}s"
                 f"  noise {record['time_weights_s'] + record['time_apply_s']:.1f}s"
                 + (f"  reward failed on {failed} completions" if failed else "") + _replicas(record))
 
