@@ -184,6 +184,7 @@ LINES: dict[str, Case] = {
         extra=("--n-problems", "2", "--max-new-tokens", "2")),
     # docs/sweeps.md (its `default` line is README's)
     "zoopt sweep tiny --run-root /tmp/sweeps": Case(subs={"/tmp/sweeps": "{work}/sweeps"}),
+    "zoopt sweep update-rules": Case(),
     "zoopt sweep my.yaml --study s1 --n-trials 10": Case(),
     "zoopt sweep my.yaml --storage postgresql://host/db": Case(
         subs={"postgresql://host/db": "sqlite:///{work}/shared-storage.db"}),
