@@ -185,6 +185,9 @@ LINES: dict[str, Case] = {
     # docs/sweeps.md (its `default` line is README's)
     "zoopt sweep tiny --run-root /tmp/sweeps": Case(subs={"/tmp/sweeps": "{work}/sweeps"}),
     "zoopt sweep update-rules": Case(),
+    # docs/update-rules.md
+    "zoopt train --set update.rule=adam --set lr=6.25e-4": Case(),
+    "zoopt train --set update.rule=momentum --set update.nesterov=true --set update.weight_decay=0.01": Case(),
     "zoopt sweep my.yaml --study s1 --n-trials 10": Case(),
     "zoopt sweep my.yaml --storage postgresql://host/db": Case(
         subs={"postgresql://host/db": "sqlite:///{work}/shared-storage.db"}),
