@@ -24,13 +24,14 @@ from __future__ import annotations
 from typing import Iterator
 
 import functools
+import re
 
 import numpy as np
 
-from zoopt.objective import Objective, check_split
+from zoopt.objective import Objective, check_split, completion_text
 
 from . import register
-from .answers import last_number, parse_number
+from .answers import iter_numbers, last_number, parse_number
 from .splits import sample_split, split_of
 
 COUNTED_DIGITS = 2  # split sizes are counted exactly up to this many digits (≤ 24,300 problems)
@@ -102,6 +103,35 @@ class Arithmetic(Objective):
 
     def extract_answer(self, completion: str) -> str | None:
         return last_number(completion)
+
+    def failure_mode(self, prompt, completion: str, row: dict) -> str:
+        """Of an incorrect completion: ``"no_answer"`` when it holds no number; ``"format"`` when
+        the right value is written but is not the last number (``"9. Because 8 + 1"``), i.e. the
+        gold number occurs more often in the completion than in the question it may echo (the
+        last ``a op b`` of the prompt: ``"0 + 4 = 7"`` for ``0 + 4`` is wrong, not format);
+        ``"wrong"`` otherwise.  Numbers in words (``"nine"``) are not read: such a completion
+        is ``"no_answer"`` or ``"wrong"``."""
+        numbers = list(iter_numbers(completion))
+        if not numbers:
+            return "no_answer"
+        gold = parse_number(str(row["answer"]))
+        echoed = _question_operands(prompt).count(gold)
+        return "format" if numbers.count(gold) > echoed else "wrong"
+
+
+_QUESTION = re.compile(r"(-?\d+)\s*[-+*]\s*(-?\d+)")
+
+
+def _question_operands(prompt) -> list[str]:
+    """The canonical operands of the last ``a op b`` in ``prompt`` (a str, or messages whose
+    last one holds the question); ``[]`` when there is none."""
+    text = completion_text(prompt) if prompt is not None else ""
+    last = None
+    for last in _QUESTION.finditer(text):
+        pass
+    if last is None:
+        return []
+    return [n for n in (parse_number(last.group(1)), parse_number(last.group(2))) if n is not None]
 
 
 @functools.lru_cache(maxsize=None)
