@@ -8,8 +8,11 @@ For every (max_new_tokens, batch_size) it calls ``engine.generate(prompts, n)`` 
 test problems of the objective (``--set`` sets its constructor arguments, e.g.
 ``--set digits=1 --set operators=+-``), ``n`` samples each, so a prompt's samples share one
 prefill and every micro-batch the chat template's head — after one warm-up call, and prints a
-JSON line: the setting, seconds, completions/s, generated tokens/s, the mean completion length
-and the share of completions cut at ``max_new_tokens``.  This is what sizes a calibration or
+JSON line: the setting, wall seconds and this process's CPU seconds (``time.process_time``),
+completions per wall second and per CPU second, generated tokens/s, the mean completion length
+and the share of completions cut at ``max_new_tokens``.  ``--threads`` sets torch's intra-op
+threads (default: torch's own).  On a shared machine the wall time says little; the CPU time of
+a one-thread run is the work itself, an upper bound on the wall time of a quiet core.  This is what sizes a calibration or
 a study's evaluations: ``seconds = problems · n / completions_per_s``.
 
 Run it alone (or give it ``OMP_NUM_THREADS`` cores of its own): threads sharing cores with
@@ -50,7 +53,12 @@ def main() -> None:
     p.add_argument("--max-new-tokens", default="8,16,32")
     p.add_argument("--batch-sizes", default="64,128,256")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = p.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     import objectives
     from zoopt.engines.hf import HFEngine
@@ -67,15 +75,17 @@ def main() -> None:
             engine.batch_size = size
             sampling = Sampling(temperature=args.temperature, max_new_tokens=length, n=args.n, seed=1)
             for _ in range(args.rounds):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = engine.generate(prompts, sampling)
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
                 comps = [c for cs in out for c in cs]
                 tokens = sum(len(c.token_ids) for c in comps)
                 print(json.dumps({
                     "model": args.model, "dtype": args.dtype, "max_new_tokens": length, "batch_size": size,
-                    "n": args.n, "prompts": len(prompts), "seconds": round(seconds, 2),
+                    "n": args.n, "prompts": len(prompts), "threads": args.threads or None,
+                    "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
                     "completions_per_s": round(len(comps) / seconds, 1),
+                    "completions_per_cpu_s": round(len(comps) / cpu, 1),
                     "tokens_per_s": round(tokens / seconds, 1),
                     "mean_tokens": round(tokens / len(comps), 2),
                     "cut_share": round(sum(c.finish_reason == "length" for c in comps) / len(comps), 3),
