@@ -1,6 +1,7 @@
 """`zoopt calibrate`: Pass@k equal to `zoopt eval`'s, exact shares and failure tables, resume, target."""
 
 import json
+import math
 
 import pytest
 
@@ -153,3 +154,13 @@ def test_cli_writes_the_keys_and_resumes(tmp_path, capsys, one_thread):
     assert json.loads((out / "calibration.json").read_text())["n_correct"] == data["n_correct"]
     assert main(argv[:-2] + ["--out", str(out), "--n", "2", "--quiet"]) == 2  # other settings: one-line error
     assert "use another --out" in capsys.readouterr().err
+
+
+def test_paired_sample_size_closed_form():
+    from zoopt.metrics import paired_sample_size
+
+    assert paired_sample_size(0.3, 0.03) == 785          # (2.80159 · 10)² = 784.89
+    assert paired_sample_size(0.0, 0.03) == 0
+    assert paired_sample_size(0.15, 0.03, power=0.9) == math.ceil(((1.959964 + 1.281552) * 5) ** 2)
+    with pytest.raises(ValueError, match="delta must be a finite number > 0"):
+        paired_sample_size(0.3, 0.0)
