@@ -164,3 +164,13 @@ def test_paired_sample_size_closed_form():
     assert paired_sample_size(0.15, 0.03, power=0.9) == math.ceil(((1.959964 + 1.281552) * 5) ** 2)
     with pytest.raises(ValueError, match="delta must be a finite number > 0"):
         paired_sample_size(0.3, 0.0)
+
+
+def test_an_empty_system_prompt_reaches_the_engine():
+    """An objective's system_prompt "" is an empty system turn, not the chat template's default one."""
+    cfg = load_config(overrides=["model=smollm2-135m", "objective_args.system_prompt=''"])
+    engine = build_engine(cfg, build_objective(cfg))
+    text = engine.tokenizer.decode(engine.encode("What is 1 + 2?"))
+    assert engine.system_prompt == "" and text.startswith("<|im_start|>system\n<|im_end|>")
+    cfg = load_config(overrides=["model=smollm2-135m"])
+    assert "You are a helpful AI assistant" in engine.tokenizer.decode(build_engine(cfg, build_objective(cfg)).encode("x"))

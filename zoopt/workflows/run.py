@@ -64,7 +64,7 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
         if bad is None:
             raise
         raise ConfigError(f"engine_args.{bad.group(1)}: not an option of the {cfg['engine']!r} engine") from None
-    if objective is not None and objective.system_prompt:
+    if objective is not None and objective.system_prompt is not None:  # "" too: an empty system turn
         engine.system_prompt = objective.system_prompt
     engine.model_name, engine.model_dtype = str(cfg["model"]), str(cfg["dtype"])
     return engine
