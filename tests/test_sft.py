@@ -72,3 +72,16 @@ def test_a_named_warmup_is_built_once_then_read_from_the_cache(tmp_path, monkeyp
     assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), again.state_dict().values()))
     base, _ = load_model("tiny")
     assert not all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), base.state_dict().values()))
+
+
+def test_the_loss_on_kept_positions_equals_the_loss_on_all():
+    model, tok = load_model("tiny")
+    batch = encode_pairs(tok, ["What is 1 + 2?", "What is 10 + 20?"], ["3", "30"])
+    input_ids, mask, labels = batch_tensors(batch, tok.pad_token_id)
+    full = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1]
+    whole = torch.nn.functional.cross_entropy(full.reshape(-1, full.shape[-1]), labels[:, 1:].reshape(-1))
+    first = min(n for _, n in batch) - 1
+    kept = model(input_ids=input_ids, attention_mask=mask,
+                 logits_to_keep=torch.arange(first, input_ids.shape[1] - 1)).logits
+    part = torch.nn.functional.cross_entropy(kept.reshape(-1, kept.shape[-1]), labels[:, first + 1:].reshape(-1))
+    assert float(part) == pytest.approx(float(whole), rel=1e-6) and kept.shape[1] < full.shape[1]

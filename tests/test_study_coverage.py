@@ -64,6 +64,9 @@ def test_smoke_runs_seeds_checkpoints_and_temperatures_then_resumes(tmp_path, mo
         ("step 2", 0.6, 16), ("final", 0.6, 32), ("final", 1.0, 32)]
     assert all(p["by_k"]["4"]["seeds"] == 2 for p in points)
     assert (out / "coverage_pass_at_k.png").stat().st_size > 0 and (out / "coverage_pass_at_k_T1.png").exists()
+    reward = c1s["numbers"]["training_reward"]  # GRPO's train reward: is it saturating?
+    assert sorted(reward) == ["es", "es-s1", "grpo", "grpo-s1"] and [x for x, _ in reward["grpo"]] == [8, 16, 24, 32]
+    assert (out / "training_reward.png").exists()
     wall = json.loads((out / "wall_time.json").read_text())
     assert len(wall["segments"]) == 1 and report["wall_time"]["total_s"] == wall["total_s"] > 0
     assert "Wall time:" in (out / "report.md").read_text()

@@ -82,9 +82,14 @@ def sft(model, tokenizer, pairs: Sequence[tuple[list[int], int]], steps: int, lr
     losses = []
     try:
         for step, rows in enumerate(order(len(pairs), steps, batch_size, seed)):
-            input_ids, mask, labels = (t.to(device) for t in batch_tensors([pairs[i] for i in rows], pad_id))
-            logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1].float()
-            target = labels[:, 1:]
+            batch = [pairs[i] for i in rows]
+            input_ids, mask, labels = (t.to(device) for t in batch_tensors(batch, pad_id))
+            # logits only where a target token is predicted: from the shortest prompt's last token on
+            # (the LM head over a 49k vocabulary is a fifth of a small model's compute)
+            first = min(n for _, n in batch) - 1
+            keep = torch.arange(first, input_ids.shape[1] - 1, device=device)
+            logits = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep).logits.float()
+            target = labels[:, first + 1:]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                                                      ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)

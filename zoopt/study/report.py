@@ -59,6 +59,7 @@ def _plots(study_dir: Path, spec: dict, results: dict, claims: dict) -> list[str
         for t in temperatures:
             name = "coverage_pass_at_k.png" if t == float(spec["eval"]["temperature"]) else f"coverage_pass_at_k_T{t:g}.png"
             out.append(plots.plot_pass_at_k(narrowing.curves(numbers, t), study_dir / name))
+        out.append(plots.plot_reward_curves(numbers["training_reward"], study_dir / "training_reward.png"))
     return [str(p) for p in out]
 
 
@@ -159,5 +160,5 @@ def _coverage_table(numbers: dict) -> list[str]:
 
 def _brief(numbers: dict) -> dict:
     """The numbers without long per-item lists (curves, rates): those are in report.json."""
-    drop = ("training_curves", "rates", "per_problem_difference")
+    drop = ("training_curves", "rates", "per_problem_difference", "training_reward")
     return {k: (_brief(v) if isinstance(v, dict) else v) for k, v in numbers.items() if k not in drop}

@@ -237,12 +237,12 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     return record
 
 
-def _curves(results: dict, key: str) -> dict:
-    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ES and GRPO."""
+def _curves(results: dict, key: str, names=("es", "grpo")) -> dict:
+    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ``names``."""
     from ..rundir import RunDir
 
     out = {}
-    for name in ("es", "grpo"):
+    for name in names:
         if name not in results:
             continue
         points, used = [], 0
@@ -266,6 +266,8 @@ def _claims(spec, tuned, evals, results, c3, c8, study_dir, runs) -> dict:
         elif cid == "C1S":
             points, base = coverage_points(spec, runs, results, evals, study_dir)
             claims[cid] = c1_strong(points, base, ks, seed)
+            trained = [n for n, r in runs.items() if r["phases"]]
+            claims[cid]["numbers"]["training_reward"] = _curves(results, "reward_mean", trained)
         elif cid == "C2":
             pooled = {m: pooled_eval(evals, runs, m, "entropy") for m in ("es", "grpo")}
             claims[cid] = C.c2({**evals, **pooled}, _curves(results, "entropy"), moved, seed)
