@@ -1,7 +1,7 @@
 r"""Final answers written as ``\boxed{...}``: find the last one, bound it, normalise it.
 
 String work only, linear in the input and bounded: nothing here parses mathematics (that is
-:mod:`objectives.math_check`, in worker processes).
+:mod:`objectives.math_equivalence`, in worker processes).
 
 * :func:`last_boxed` — the content of the **last** ``\boxed{...}`` (or ``\fbox{...}``) of a
   text, braces matched (``\{``/``\}`` are escaped braces, not groups); ``\boxed 5`` (no braces)

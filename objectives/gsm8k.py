@@ -26,7 +26,7 @@ otherwise, when there is a ``####`` line, 1.0 if ``math_verify`` parses both it 
 and ``verify``\\s them equal (``\\frac{10}{2}`` = 5); else 0.0.  Only lines that pass
 :func:`safe_for_math_verify` (no powers, factorials or names) reach math_verify: sympy would
 compute ``9**9**9**9`` exactly, beyond any time limit.  math_verify's own signal-based time
-limits are disabled (they would cancel the guard's timer): :func:`zoopt.reward_guard.score`
+limits are disabled (they would cancel the guard's timer): :func:`zoopt.rewards.guard.score`
 bounds the time instead.
 Columns: ``answer`` (canonical gold number string), ``solution`` (the reference solution text).
 """
@@ -208,7 +208,7 @@ def _math_verify_equal(gold: str, text: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def _math_verify():
     """Import math_verify on first use (≈0.6 s) and silence its "timeout is disabled" warning:
-    the guard in :func:`zoopt.reward_guard.score` provides the time limit."""
+    the guard in :func:`zoopt.rewards.guard.score` provides the time limit."""
     from math_verify import parse, verify
 
     class _DropTimeoutWarning(logging.Filter):

@@ -7,8 +7,8 @@ objective contract needs a train and a test split that never share a problem, so
 in ``test`` iff ``blake2b(task_id) < test_fraction`` (default 0.5; 1.0 puts every problem in
 ``test``, the honest setting when HumanEval is only evaluated on, e.g. after training on MBPP).
 
-The program run for a completion (``code`` = :func:`objectives.program_tests.extract_code`:
-the last fenced block, else the whole text):
+The program run for a completion (``code`` = :func:`zoopt.sandbox.program_tests.extract_code`:
+the last fenced block, else the whole text), in the sandbox:
 
 * when ``code`` defines the entry point at column 0 (``def name(`` — a chat model's whole
   function): ``prompt + "\\n\\n" + code``, so the prompt's imports and helper functions stay
@@ -18,11 +18,13 @@ the last fenced block, else the whole text):
   Codex paper's stop sequences (``\\nclass``, ``\\ndef``, ``\\n#``, ``\\nif``, ``\\nprint``),
   as the official samples were at generation time.
 
-then the problem's ``test`` code with each top-level assert statement of ``check`` reported
-as one test, and ``check(entry_point)``.  Reward: 1.0 when every test passed and the program
-exited cleanly, else 0.0 (``partial_credit=True``: the fraction passed).  Programs run in
-:mod:`objectives.sandbox`; see :class:`objectives.program_tests.ProgramTestObjective` for the
-time limits and workers.
+The problem's ``test`` code never goes there: it runs in the trusted judge
+(:mod:`zoopt.sandbox.judged_tests`) after the problem's prompt (so its helpers — ``poly``,
+``encode_cyclic`` — are the dataset's own), with ``check``'s argument and the entry point's
+name bound to a stand-in that calls the model's function in the sandbox; each top-level
+statement of ``check`` that contains an ``assert`` is one test.  Reward: 1.0 when every test
+passed, else 0.0 (``partial_credit=True``: the fraction passed); see
+:class:`zoopt.sandbox.program_tests.ProgramTestObjective` for the time limits and workers.
 
 Columns: ``task_id``, ``entry_point``, ``code_prompt`` (the problem's own prompt, which the
 program is built on even when ``template`` dresses it), ``test``.
@@ -34,9 +36,10 @@ import functools
 import re
 
 from zoopt.objective import check_split
+from zoopt.sandbox.judged_tests import UnitTests
+from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
-from .program_tests import ProgramTestObjective, check_units, extract_code, test_program, wrap_test
 from .splits import split_of
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -105,21 +108,12 @@ class HumanEval(ProgramTestObjective):
             "test": [p["test"] for p in problems],
         })
 
-    def program(self, completion: str, row: dict) -> tuple[str, int]:
+    def program(self, completion: str, row: dict) -> str:
         entry_point, prompt = row["entry_point"], row["code_prompt"]
         code = extract_code(completion)
         if re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
-            code = prompt + "\n\n" + code
-        else:
-            code = prompt + (truncate(code) if self.truncate else code)
-        checks, n_tests = _check_units(row["test"])
-        if n_tests == 0:  # no assert in check(): its call is the one test
-            return test_program(code, [], setup=checks,
-                                after=wrap_test(f"check({entry_point})", 0)), 1
-        call = f"try:\n    check({entry_point})\nexcept BaseException:\n    pass\n"
-        return test_program(code, [], setup=checks, after=call), n_tests
+            return prompt + "\n\n" + code
+        return prompt + (truncate(code) if self.truncate else code)
 
-
-@functools.lru_cache(maxsize=512)
-def _check_units(test_code: str) -> tuple[str, int]:
-    return check_units(test_code)
+    def tests(self, row: dict) -> UnitTests:
+        return UnitTests(functions=(row["entry_point"],), check=row["test"], setup=row["code_prompt"])

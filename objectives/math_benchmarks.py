@@ -1,4 +1,4 @@
-r"""The registered math benchmarks: one :class:`~objectives.math_benchmark.Benchmark` each.
+r"""The registered math benchmarks: one :class:`~objectives.math_objective.Benchmark` each.
 
 | name | hub id (split) | question / answer columns | problems |
 |---|---|---|---|
@@ -20,7 +20,7 @@ offline math set.
 
 from __future__ import annotations
 
-from .math_benchmark import Benchmark, MathBenchmark
+from .math_objective import Benchmark, MathBenchmark
 from .sources import HubDataset
 
 MATH500 = Benchmark("math500", HubDataset("HuggingFaceH4/MATH-500", "test"), "problem", "answer",

@@ -11,25 +11,35 @@ split names to JSON Lines (or Parquet) files, e.g. ``{"train": "mbpp/train.jsonl
 (``splits`` maps them otherwise, e.g. ``{"train": "validation"}``); MBPP's splits share no
 problem.
 
-The program run for a completion: the completion's code
-(:func:`objectives.program_tests.extract_code`: the last fenced block, else the whole text),
-the problem's setup code, then each test of ``test_list`` (plus ``challenge_test_list`` with
-``challenge_tests=True``) reported on its own.  Reward: 1.0 when every test passed and the
-program exited cleanly, else 0.0 (``partial_credit=True``: the fraction passed).  Programs
-run in :mod:`objectives.sandbox`; see :class:`objectives.program_tests.ProgramTestObjective`
-for the time limits and workers.
+The program run for a completion, in the sandbox: the completion's code
+(:func:`zoopt.sandbox.program_tests.extract_code`: the last fenced block, else the whole text),
+then the problem's setup code (as the official harness runs it: the solution may rely on its
+imports, and two problems build their input trees there with the solution's ``Node`` class).
+The tests of ``test_list`` (plus ``challenge_test_list`` with ``challenge_tests=True``) never go
+there: each runs as one test in the trusted judge (:mod:`zoopt.sandbox.judged_tests`), with the
+setup's imports, and with a stand-in for each name the test takes from the solution —
+the names the problem's reference solution (``code``) defines, and any other name the test
+uses that is neither a builtin, a standard-library module (imported in the judge) nor defined
+by the setup's imports (the setup's trees reach the judge as handles).  Reward: 1.0 when every
+test passed, else 0.0 (``partial_credit=True``: the fraction passed); see
+:class:`zoopt.sandbox.program_tests.ProgramTestObjective` for the time limits and workers.
 
-Columns: ``task_id``, ``test_list`` (list[str]), ``test_setup_code`` (str).
+Columns: ``task_id``, ``test_list`` (list[str]), ``test_setup_code`` (str), ``functions``
+(list[str]: the top-level names the reference solution defines; empty without one).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import sys
 from pathlib import Path
 
 from zoopt.objective import check_split
+from zoopt.sandbox.judged_tests import UnitTests
+from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
-from .program_tests import ProgramTestObjective, extract_code, test_program
 
 # The prompt of the MBPP paper (and of lm-evaluation-harness' mbpp task), zero-shot.
 TEMPLATE = ("You are an expert Python programmer, and here is your task: {description} "
@@ -64,7 +74,7 @@ class MBPP(ProgramTestObjective):
 
     def problems(self, split: str, n: int | None = None) -> list[dict]:
         """The problems of ``split`` (the first ``n``) as ``{task_id, description, tests,
-        setup}``."""
+        setup, functions}``."""
         check_split(split)
         if split not in self._loaded:
             self._loaded[split] = [_normalise(row, self.challenge_tests)
@@ -101,18 +111,62 @@ class MBPP(ProgramTestObjective):
             "task_id": [p["task_id"] for p in problems],
             "test_list": [p["tests"] for p in problems],
             "test_setup_code": [p["setup"] for p in problems],
+            "functions": [p["functions"] for p in problems],
         })
 
-    def program(self, completion: str, row: dict) -> tuple[str, int]:
-        tests = list(row["test_list"])
-        return test_program(extract_code(completion), tests,
-                            setup=row.get("test_setup_code") or ""), len(tests)
+    def program(self, completion: str, row: dict) -> str:
+        return extract_code(completion)
+
+    def tests(self, row: dict) -> UnitTests:
+        return mbpp_tests(list(row["test_list"]), row.get("test_setup_code") or "",
+                          row.get("functions") or ())
+
+
+def mbpp_tests(tests: list[str], setup: str = "", reference_names=()) -> UnitTests:
+    """MBPP's asserts as :class:`UnitTests` (see the module doc for which names are stand-ins).
+
+    ``setup`` runs whole in the sandbox after the model's code; its import statements also run
+    in the judge.  ``reference_names``: what the reference solution defines (``sum`` in a test
+    is the builtin unless the solution defines its own)."""
+    try:
+        setup_tree = ast.parse(setup)
+    except SyntaxError:
+        setup_tree = ast.Module(body=[], type_ignores=[])
+    imports = [s for s in setup_tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    imported = {(a.asname or a.name).split(".")[0] for s in imports for a in s.names}
+    used, stored = set(), set()
+    for test in tests:
+        try:
+            tree = ast.parse(test)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (used if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+    free = used - stored - imported
+    modules = sorted(n for n in free if n in sys.stdlib_module_names and n not in reference_names)
+    functions = sorted((free & set(reference_names))
+                       | {n for n in free if not hasattr(builtins, n) and n not in modules})
+    trusted = "\n".join([ast.unparse(s) for s in imports] + [f"import {m}" for m in modules])
+    if not functions:
+        raise ValueError(f"mbpp: these tests call no function of the solution: {tests!r:.200}")
+    return UnitTests(functions=tuple(functions), tests=tuple(tests), setup=trusted,
+                     program_setup=setup)
 
 
 def _normalise(row: dict, challenge_tests: bool) -> dict:
-    """A hub row of either config as ``{task_id, description, tests, setup}``."""
+    """A hub row of either config as ``{task_id, description, tests, setup, functions}``."""
     tests = list(row["test_list"]) + (list(row.get("challenge_test_list") or [])
                                       if challenge_tests else [])
     setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
     return {"task_id": row["task_id"], "description": row.get("text") or row.get("prompt") or "",
-            "tests": tests, "setup": setup}
+            "tests": tests, "setup": setup, "functions": defined_names(row.get("code") or "")}
+
+
+def defined_names(code: str) -> list[str]:
+    """The functions and classes a (trusted) reference solution defines at top level."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]

@@ -6,7 +6,7 @@
 2. builds the train config (:meth:`SweepSpec.trial_config`) with ``run_dir`` =
    ``<study_dir>/trials/trial-NNNN`` and records ``run_dir``, ``config``, ``steps`` and
    ``worker`` as trial user attrs;
-3. drives the method's trainer (:func:`zoopt.workflows.trainers.start_run`: ES's ``Trainer`` or
+3. drives the method's trainer (:func:`zoopt.workflows.methods.start_run`: ES's ``Trainer`` or
    ``GRPOTrainer``, each writing ``config.yaml`` and ``metrics.jsonl`` as ``zoopt train``/``zoopt
    grpo`` do) step by step; with a single objective and
    ``report_every`` > 0 it evaluates every ``report_every`` steps (before the last),
@@ -30,13 +30,12 @@ from typing import Callable
 
 import optuna
 
+from zoopt.runs.rundir import RunDir
+from zoopt.workflows.builders import evaluate_run
 from zoopt.workflows.loop import RunTrainer
-from zoopt.workflows.run import evaluate_run
-from zoopt.rundir import RunDir
-from zoopt.workflows.trainers import start_run
+from zoopt.workflows.methods import start_run
 
 from .spec import Objective, SweepSpec
-
 
 EvaluateFn = Callable[[RunTrainer], dict]
 

@@ -178,13 +178,42 @@ def listener():
     server.close()
 
 
+# the sandbox puts a private tmpfs over these: a directory below one of them is not there inside
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+
+
+def visible_in_the_sandbox(path: Path) -> bool:
+    """Whether the sandbox's program sees ``path`` as it is here: not below a scratch
+    directory it gets a private tmpfs for, and every ancestor traversable by others (the
+    sandbox hides a 0700 ancestor, such as ``/root``, under a tmpfs too)."""
+    path = path.resolve()
+    if any(path == Path(s) or Path(s) in path.parents for s in SCRATCH):
+        return False
+    return all(p.stat().st_mode & 0o001 for p in path.parents if p != Path(p.anchor))
+
+
+def open_dir_parent() -> Path:
+    """Where to make a world-writable directory the sandbox sees: the checkout's ``.cache``
+    when the checkout is visible in the sandbox, else the first visible system directory that
+    this process can write (a checkout under /tmp is hidden by the sandbox's private /tmp)."""
+    for candidate in (Path(__file__).resolve().parents[1] / ".cache", Path("/var/cache"),
+                      Path("/var/lib"), Path("/opt"), Path("/srv")):
+        if not visible_in_the_sandbox(candidate.parent / "x"):
+            continue
+        try:
+            candidate.mkdir(exist_ok=True)
+        except OSError:
+            continue
+        if visible_in_the_sandbox(candidate / "x") and os.access(candidate, os.W_OK):
+            return candidate
+    pytest.skip("no directory outside the sandbox's scratch space is writable here")
+
+
 @pytest.fixture
 def open_dir():
-    """A world-writable directory outside /tmp (as a cache's can be): only the read-only
-    remount keeps the unprivileged uid from writing there."""
-    parent = Path(__file__).resolve().parents[1] / ".cache"
-    parent.mkdir(exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="sandbox-open-", dir=parent))
+    """A world-writable directory that the sandbox's program sees (as a cache's can be): only
+    the read-only remount keeps the unprivileged uid from writing there."""
+    path = Path(tempfile.mkdtemp(prefix="sandbox-open-", dir=open_dir_parent()))
     path.chmod(0o777)
     yield path
     shutil.rmtree(path)

@@ -9,7 +9,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from zoopt.engines.ray_cluster import LOCAL_ENV, start_local  # noqa: E402
+from zoopt.engines.ray.cluster import LOCAL_ENV, start_local  # noqa: E402
 
 OBJECT_STORE = 128 * 2**20
 

@@ -9,7 +9,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from zoopt.plots import plot_run
+from zoopt.reporting.plots import plot_run
 from zoopt.cli import main
 from zoopt.engines.hf import HFEngine
 from zoopt.models import load_model

@@ -11,7 +11,7 @@ from zoopt.cli import main
 from zoopt.config import ConfigError, load_config
 from zoopt.metrics import pass_at_k
 from zoopt.workflows.calibrate import TARGET, calibrate, powers_of_two, summarize, target_check
-from zoopt.workflows.run import build_engine, build_objective, evaluate_config
+from zoopt.workflows.builders import build_engine, build_objective, evaluate_config
 
 KEYS = ("pass@1", "pass@32", "share_0.01_0.1", "n_problems", "n_samples", "temperature")
 # a reward the random tiny model earns about a third of the time, on arithmetic's problems

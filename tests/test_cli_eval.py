@@ -10,8 +10,8 @@ from zoopt.cli.common import eval_config
 from zoopt.cli.eval import DEFAULT_KS, SUITE_KS, read_curve
 from zoopt.config import load_config
 from zoopt.metrics import pass_at_k
-from zoopt.state import resolve_model
-from zoopt.workflows.run import build_engine, build_objective, evaluate_run
+from zoopt.runs.references import resolve_model
+from zoopt.workflows.builders import build_engine, build_objective, evaluate_run
 from zoopt.workflows.train import train
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,7 @@ from zoopt.workflows.compare import (compare, engine_config, eval_config, load_c
                                     shared_config)
 from zoopt.config import ConfigError
 from zoopt.workflows.schedule import PlannedPhase, run_schedule
-from zoopt.workflows.run import build_engine
+from zoopt.workflows.builders import build_engine
 from zoopt.workflows.train import export_from_seedlog
 
 sys.path.insert(0, str(Path(__file__).parent))

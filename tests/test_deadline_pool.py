@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from objectives.deadline_pool import DeadlinePool
-from objectives.math_checker import CHECK_FILE
+from zoopt.deadline.pool import DeadlinePool
+from objectives.math_grader import CHECK_FILE
 from worker_processes import alive, worker_pids, zombie_children
-from zoopt.timeouts import call_with_timeout
+from zoopt.rewards.timeouts import call_with_timeout
 
 TARGETS = Path(__file__).with_name("deadline_targets.py")
 

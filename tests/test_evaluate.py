@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from zoopt.engines.base import Completion
-from zoopt.evaluate import EvalResult, evaluate
+from zoopt.workflows.evaluate import EvalResult, evaluate
 from zoopt.objective import Objective
 from zoopt.metrics import bootstrap_ci, maj_at_k
 
@@ -159,7 +159,7 @@ def test_objective_without_answers_gives_no_maj_at_k_instead_of_crashing():
     from digits_objective import Digits
 
     from zoopt.engines.hf import HFEngine
-    from zoopt.evaluate import evaluate
+    from zoopt.workflows.evaluate import evaluate
 
     engine = HFEngine.from_pretrained("tiny")
     result = evaluate(engine, Digits(), n_problems=4, ks=(1, 2), n_samples=2, max_new_tokens=4)

@@ -14,7 +14,7 @@ from zoopt.engines.base import Sampling
 from zoopt.grpo import GRPO, LOSS_TYPES
 from zoopt.noise import Gaussian
 from zoopt.workflows.grpo import train_grpo
-from zoopt.workflows.run import build_engine
+from zoopt.workflows.builders import build_engine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402

@@ -122,7 +122,7 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
 @pytest.mark.parametrize("n", [1, 3])
 def test_a_ray_replica_samples_a_prompt_slice_as_the_whole_call_would(engine, n):
     """Ray replicas sample prompts[k:] as prompts k, k+1, … of the whole call (generate_from)."""
-    from zoopt.engines.ray_replica import generate_from
+    from zoopt.engines.ray.replica import generate_from
 
     s = Sampling(temperature=1.0, max_new_tokens=8, n=n, seed=2)
     whole = tokens(engine.generate(PROMPTS, s))

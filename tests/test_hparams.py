@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
 # defaults must stay these values, with these types and this key order.  Keys added since:
-# `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.scoring);
+# `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.rewards.scoring);
 # `report_to`, `log_every`, `checkpoint_every` (experiment trackers and TRL's logging_steps/save_steps).
 OLD_TRAIN = """
 model: smollm2-135m
@@ -299,7 +299,7 @@ def test_grpo_takes_its_hyper_parameters_from_grpo_config():
 def test_build_es_checks_a_dict_that_did_not_come_through_load_config():
     """Schedules and sweeps build train dicts with ``merge``: the ES shell still gets checked values."""
     from zoopt.noise import LowRank
-    from zoopt.workflows.run import build_es
+    from zoopt.workflows.builders import build_es
 
     with pytest.raises(ConfigError, match="^config key 'sigma' must be a number > 0, got 'abc'$"):
         build_es({**default_config("train"), "sigma": "abc"})
@@ -312,7 +312,7 @@ def test_noise_rank_is_a_key_on_every_path_that_sets_keys(tmp_path):
     by --set, by compare's es./schedules' overrides and by a sweep space."""
     import sweeps
     from sweeps.spec import packaged_spec
-    from zoopt.checkpoint import SeedLog
+    from zoopt.runs.seedlog import SeedLog
     from zoopt.cli import main
     from zoopt.workflows.schedule import phase_config
 

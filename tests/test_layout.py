@@ -13,6 +13,7 @@ targets (docs/design.md), never by an import.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def test_edges_resolve_relative_imports_and_submodules(tmp_path):
 @pytest.fixture(scope="module")
 def modules():
     found = module_files()
-    assert {"zoopt", "zoopt.workflows.run", "zoopt.cli", "sweeps.objective"} <= found.keys()
+    assert {"zoopt", "zoopt.workflows.builders", "zoopt.cli", "sweeps.objective"} <= found.keys()
     return found
 
 
@@ -187,3 +188,112 @@ def test_every_package_directory_has_an_init():
     missing = sorted(str(d.relative_to(ROOT)) for d in dirs
                      if d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists())
     assert not missing, f"package directories without __init__.py: {missing}"
+
+
+# -- the layout shows the architecture (issue: docs/concepts.md's package map) ----------------
+CONCEPTS = ROOT / "docs" / "concepts.md"
+# the plugin packages are named by the user's layout, and cli/sweep.py after the command it
+# implements: these two singular/plural pairs are the only names one letter apart
+NEAR_NAMES_ALLOWED = {frozenset({"objective", "objectives"}), frozenset({"sweep", "sweeps"})}
+
+
+def group_of(name: str) -> str:
+    """The map's unit a module belongs to: a subpackage of ``zoopt`` (``zoopt.engines``), a root
+    module of ``zoopt`` (``zoopt.noise``), the package face ``zoopt``, or a plugin package."""
+    parts = name.split(".")
+    return parts[0] if parts[0] != "zoopt" else ".".join(parts[:2])
+
+
+def package_map() -> dict[str, set[str]]:
+    """``{group: groups it may import}`` from the table under "## Package map" in docs/concepts.md
+    (first cell the group in backticks, last cell the groups it may import, or —)."""
+    text = CONCEPTS.read_text()
+    section = text.split("## Package map", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        rows[cells[0].strip("`")] = set(re.findall(r"`([\w.]+)`", cells[-1]))
+    return rows
+
+
+def test_the_package_map_in_the_docs_matches_the_imports(modules):
+    documented = package_map()
+    groups = {group_of(n) for n in modules}
+    assert groups <= documented.keys(), f"packages missing from docs/concepts.md's map: {sorted(groups - documented.keys())}"
+    assert documented.keys() <= groups, f"the map names packages that do not exist: {sorted(documented.keys() - groups)}"
+    bad = sorted({f"{group_of(e.source)} imports {group_of(e.target)} ({modules[e.source].relative_to(ROOT)}:{e.line})"
+                  for name, path in modules.items() for e in imports_of(name, path, modules)
+                  if group_of(e.source) != group_of(e.target)
+                  and group_of(e.target) not in documented[group_of(e.source)]})
+    assert not bad, "imports the map in docs/concepts.md does not allow:\n" + "\n".join(bad)
+
+
+def test_no_import_runs_up_into_workflows_or_the_cli(modules):
+    """The commands (``zoopt.cli``) sit on top, the workflows under them; below that, nothing
+    imports either — but the package face and ``zoopt.trl`` (which hand ``fit``/``optimize`` to
+    users) and the ``sweeps`` plugin (which starts runs)."""
+    above_workflows = {"zoopt", "zoopt.trl", "zoopt.cli", "zoopt.workflows", "sweeps"}
+    bad = [f"{modules[e.source].relative_to(ROOT)}:{e.line} imports {e.target}"
+           for name, path in modules.items() for e in imports_of(name, path, modules)
+           if (group_of(e.target) == "zoopt.cli" and group_of(name) != "zoopt.cli")
+           or (group_of(e.target) == "zoopt.workflows" and group_of(name) not in above_workflows)]
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def test_edit_distance():
+    assert [_edit_distance(*p) for p in [("math_check", "math_checker"), ("run", "runs"), ("ray", "run"),
+                                         ("abc", "abc"), ("", "ab")]] == [2, 1, 2, 0, 2]
+
+
+def test_no_two_module_names_differ_by_one_character(modules):
+    names = {path.stem if path.name != "__init__.py" else path.parent.name for path in modules.values()}
+    names.discard("__main__")
+    close = sorted(f"{a} / {b}" for a in names for b in names
+                   if a < b and _edit_distance(a, b) == 1 and frozenset({a, b}) not in NEAR_NAMES_ALLOWED)
+    assert not close, f"module names one character apart: {close}"
+
+
+def test_every_module_says_what_it_holds(modules):
+    missing = [str(path.relative_to(ROOT)) for path in modules.values()
+               if not (ast.get_docstring(ast.parse(path.read_text())) or "").strip()]
+    assert not missing, f"modules without a docstring: {missing}"
+
+
+def test_objectives_holds_only_objectives(modules):
+    """Process management (subprocesses, signals, namespaces) lives in ``zoopt.sandbox`` and
+    ``zoopt.deadline``; the objectives package only uses them."""
+    process_modules = {"subprocess", "ctypes", "multiprocessing", "selectors", "signal"}
+    bad = [f"{path.relative_to(ROOT)} imports {alias.name}" for name, path in modules.items()
+           if name.split(".")[0] == "objectives"
+           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+           for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+           if alias.name.split(".")[0] in process_modules]
+    assert not bad, "\n".join(bad)
+    assert {"zoopt.sandbox.programs", "zoopt.sandbox.program_tests", "zoopt.deadline.pool"} <= modules.keys()
+
+
+def test_engines_are_grouped_by_backend(modules):
+    """vLLM and Ray are imported only inside their engine's package, and no flat module of
+    ``zoopt/engines/`` carries a backend prefix."""
+    assert {"zoopt.engines.vllm", "zoopt.engines.ray"} <= modules.keys()
+    flat = [p.name for p in (ROOT / "zoopt" / "engines").glob("*.py") if p.stem.startswith(("vllm", "ray"))]
+    assert not flat, flat
+    bad = [f"{path.relative_to(ROOT)} imports {alias.name}" for name, path in modules.items()
+           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+           for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+           if isinstance(node, ast.Import) or not node.level
+           for backend in ("vllm", "ray") if alias.name.split(".")[0] == backend
+           and not name.startswith(f"zoopt.engines.{backend}")]
+    assert not bad, "\n".join(bad)

@@ -1,6 +1,6 @@
 """The vLLM batched population's adapters, without vLLM: factors, PEFT files, refusals.
 
-``zoopt.engines.vllm_lora`` turns a ``LowRank`` population into PEFT LoRA adapters.  These
+``zoopt.engines.vllm.lora`` turns a ``LowRank`` population into PEFT LoRA adapters.  These
 checks pin down, against closed forms, what vLLM is handed: each adapter's product equals the
 member's dense perturbation, its factors are bit for bit the HF batched path's, its scaling
 ``lora_alpha/r`` is exactly 1, and what LoRA cannot move is refused by name.  The vLLM side
@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from zoopt.engines.batched import BatchedLowRank, RowLayout, member_factors
 from zoopt.engines.hf import HFEngine
 from zoopt.models import load_model
-from zoopt.engines.vllm_lora import (PEFT_PREFIX, adapter_tensors, check_lora_slots, exclude_patterns,
+from zoopt.engines.vllm.lora import (PEFT_PREFIX, adapter_tensors, check_lora_slots, exclude_patterns,
                                      lora_selection, round_lora_rank, write_adapter)
 from zoopt.noise import LowRank
 from zoopt.types import Member, Population

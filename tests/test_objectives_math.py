@@ -10,11 +10,11 @@ import pytest
 
 import objectives
 from objectives.boxed import last_boxed, normalize, too_deep
-from objectives.math_benchmark import MathBenchmark, gold_text
+from objectives.math_objective import MathBenchmark, gold_text
 from objectives.sources import DataSourceNote
 from worker_processes import worker_pids, zombie_children
 from zoopt.objective import DataUnavailable
-from zoopt.reward_guard import score
+from zoopt.rewards.guard import score
 
 MB = 1_000_000
 MATH_NAMES = ["math500", "aime24", "aime25", "amc23", "minerva", "olympiadbench", "deepscaler", "champ"]

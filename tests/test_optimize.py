@@ -1,4 +1,4 @@
-"""zoopt.optimize on closed-form problems: real optimisation, measured against the spec."""
+"""zoopt.workflows.optimize on closed-form problems: real optimisation, measured against the spec."""
 
 import warnings
 

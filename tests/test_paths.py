@@ -9,7 +9,7 @@ import yaml
 
 from zoopt.cli import main
 from zoopt.config import absolute_paths, load_config
-from zoopt.workflows.run import objective_label
+from zoopt.workflows.builders import objective_label
 
 TESTS = Path(__file__).resolve().parent
 

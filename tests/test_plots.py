@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from zoopt.plots import (plot_entropy, plot_magnitude_histogram, plot_pass_at_k,
+from zoopt.reporting.plots import (plot_entropy, plot_magnitude_histogram, plot_pass_at_k,
                          plot_training_log)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -26,7 +26,7 @@ from zoopt.engines.hf import HFEngine  # noqa: E402
 from zoopt.noise import Gaussian  # noqa: E402
 from zoopt.registry import ENGINES  # noqa: E402
 from zoopt.types import Member, Population  # noqa: E402
-from zoopt.workflows.run import build_engine  # noqa: E402
+from zoopt.workflows.builders import build_engine  # noqa: E402
 
 PROMPTS = ["1 + 2 =", "hello world", "The cat sat on", "3 + 4 =", "a b c", "x", "the end of"]
 
@@ -117,7 +117,7 @@ def run_python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 def test_importing_zoopt_does_not_import_ray_and_a_missing_ray_is_one_line():
     out = run_python("""
-        import sys, zoopt, zoopt.registry, zoopt.workflows.run
+        import sys, zoopt, zoopt.registry, zoopt.workflows.builders
         assert "ray" not in sys.modules, "import zoopt imported ray"
         sys.modules["ray"] = None  # as if it were not installed
         try:

@@ -25,8 +25,8 @@ from ray_helpers import local_cluster, ray, tiny_ray  # noqa: E402
 from digits_objective import Digits  # noqa: E402
 from zoopt.config import load_config  # noqa: E402
 from zoopt.engines.base import Sampling  # noqa: E402
-from zoopt.engines.ray import NoReplicaLeft  # noqa: E402
-from zoopt.rundir import RunDir  # noqa: E402
+from zoopt.engines.ray.pool import NoReplicaLeft  # noqa: E402
+from zoopt.runs.rundir import RunDir  # noqa: E402
 from zoopt.workflows.train import Trainer  # noqa: E402
 
 STEPS = 4

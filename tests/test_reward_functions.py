@@ -7,8 +7,8 @@ import datasets
 import numpy as np
 import pytest
 
-from zoopt.reward_functions import RewardFunctions, callable_name, weighted_sum
-from zoopt.scoring import RewardError, RewardWarning, Scorer, reward_terms
+from zoopt.rewards.functions import RewardFunctions, callable_name, weighted_sum
+from zoopt.rewards.scoring import RewardError, RewardWarning, Scorer, reward_terms
 
 
 def length(prompts, completions, **columns):

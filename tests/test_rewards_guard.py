@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import objectives
-from zoopt.reward_guard import ScoreResult, mean_reward, score
+from zoopt.rewards.guard import ScoreResult, mean_reward, score
 
 PROMPTS = ["p0", "p1", "p2"]
 COMPLETIONS = ["a", "bad", "c"]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from zoopt.config import ConfigError
-from zoopt.rundir import RunDir
+from zoopt.runs.rundir import RunDir
 
 
 def test_files_round_trip(tmp_path):

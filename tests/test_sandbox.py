@@ -1,4 +1,4 @@
-"""The sandbox (objectives/sandbox.py) against hostile programs.
+"""The sandbox (zoopt/sandbox/programs.py) against hostile programs.
 
 Each hostile program (tests/hostile_programs.py) would exit 0 only if its attack worked; every one
 must fail (or be stopped) within 15 s, leave no file outside its own temporary directory, leave
@@ -20,8 +20,8 @@ import pytest
 
 from hostile_programs import (EXPECTED, HOSTILE, Listener, hostile_source, listener,  # noqa: F401
                               open_dir, sandbox_processes, sandbox_root)
-from objectives import sandbox
-from objectives.sandbox import SandboxResult, isolation, run_program, run_programs
+from zoopt.sandbox import programs as sandbox
+from zoopt.sandbox.programs import SandboxResult, isolation, run_program, run_programs
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"),
                                 reason="the sandbox needs Linux")
@@ -168,7 +168,7 @@ def test_limits_and_exit_codes():
     result = run_program("raise ValueError('boom')", timeout_s=TIMEOUT_S)
     assert result.status == "failed" and result.returncode == 1
     assert result.stderr.startswith("Traceback") and "ValueError: boom" in result.stderr
-    assert 'File "program.py", line 1' in result.stderr and "_sandbox_boot" not in result.stderr
+    assert 'File "program.py", line 1' in result.stderr and "boot.py" not in result.stderr
     big_file = "open('big', 'wb').write(b'x' * (2 << 20))"
     assert run_program(big_file, timeout_s=TIMEOUT_S, file_mb=1).status == "failed"
     assert run_program(big_file, timeout_s=TIMEOUT_S, file_mb=4).ok

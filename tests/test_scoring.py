@@ -18,8 +18,8 @@ import objectives
 from zoopt.cli import main
 from zoopt.engines.hf import HFEngine
 from zoopt.models import load_model
-from zoopt.reward_guard import ScoreResult, score
-from zoopt.scoring import RewardError, RewardWarning, Scorer, chat_engine, trl_inputs
+from zoopt.rewards.guard import ScoreResult, score
+from zoopt.rewards.scoring import RewardError, RewardWarning, Scorer, chat_engine, trl_inputs
 
 trl_rewards = pytest.importorskip("trl.rewards")  # installed in .venv by `make setup` (--no-deps)
 

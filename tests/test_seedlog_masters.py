@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zoopt.checkpoint import SeedLog
+from zoopt.runs.seedlog import SeedLog
 from zoopt.engines.module import ModuleEngine
 from zoopt.noise import Gaussian
 from zoopt.types import Update

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from zoopt import models
+from zoopt import models, warmups
 from zoopt.engines.prompts import encode_prompt
 from zoopt.models import load_model
 from zoopt.sft import batch_tensors, encode_pairs, order, sft
@@ -63,11 +63,14 @@ def test_a_named_warmup_is_built_once_then_read_from_the_cache(tmp_path, monkeyp
     monkeypatch.setenv("ZOOPT_CACHE", str(tmp_path))
     recipe = {"base": "tiny", "objective": "arithmetic", "objective_args": {"digits": 1}, "problems": 8,
               "target": "{answer}", "steps": 3, "lr": 1e-2, "batch_size": 4, "seed": 0}
-    monkeypatch.setitem(models.WARMUPS, "tiny-sft-test", recipe)
+    monkeypatch.setitem(warmups.WARMUPS, "tiny-sft-test", recipe)
+    assert models.cached_build("tiny-sft-test") is None  # not built yet
+    assert warmups.ensure_warmup("tiny-sft-test") == tmp_path / "models" / "tiny-sft-test"
     model, _ = load_model("tiny-sft-test")
     built = json.loads((tmp_path / "models" / "tiny-sft-test" / "zoopt_build.json").read_text())
     assert built["recipe"] == recipe and len(built["losses"]) == 3
-    monkeypatch.setattr(models, "build_warmup", lambda *a, **k: pytest.fail("built twice"))
+    monkeypatch.setattr(warmups, "build_warmup", lambda *a, **k: pytest.fail("built twice"))
+    assert warmups.ensure_warmup("tiny-sft-test") == tmp_path / "models" / "tiny-sft-test"
     again, _ = load_model("tiny-sft-test")
     assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), again.state_dict().values()))
     base, _ = load_model("tiny")

@@ -9,7 +9,7 @@ import pytest
 
 import objectives
 from zoopt.cli import main
-from zoopt.evaluate import evaluate
+from zoopt.workflows.evaluate import evaluate
 from zoopt.objective import Objective, SplitSizeWarning, load_split
 from zoopt.registry import ENGINES
 

@@ -17,7 +17,7 @@ import sweeps
 from sweeps.report import write_report
 from sweeps.spec import packaged_spec
 from sweeps.study import make_storage
-from zoopt.checkpoint import SeedLog
+from zoopt.runs.seedlog import SeedLog
 from zoopt.config import load_config
 from zoopt.workflows.train import export_from_seedlog
 

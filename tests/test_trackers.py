@@ -16,9 +16,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from zoopt import ES, Gaussian, Sampling, fit
 from zoopt.cli import main
 from zoopt.engines.hf import HFEngine
-from zoopt.hparams import EvalConfig, configs
-from zoopt.rundir import RunDir
-from zoopt.trackers import TRACKERS
+from zoopt.hparams import EvalConfig, run_configs
+from zoopt.runs.rundir import RunDir
+from zoopt.reporting.trackers import TRACKERS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from digits_objective import Digits  # noqa: E402
@@ -131,4 +131,4 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_the_extra(tmp_path, 
 
 
 def test_the_config_choices_are_the_trackers():
-    assert configs.TRACKERS == ("none", *TRACKERS)
+    assert run_configs.TRACKERS == ("none", *TRACKERS)

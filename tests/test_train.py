@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from zoopt.cli import main
 from zoopt.config import load_config
 from zoopt.engines.base import Sampling
-from zoopt.workflows.run import step_indices
+from zoopt.objective import step_indices
 from zoopt.workflows.train import Trainer, export_from_seedlog, train
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -125,7 +125,7 @@ def test_resume_refuses_a_changed_run_key(tmp_path):
 
 def test_noise_cache_setting():
     from zoopt.config import ConfigError
-    from zoopt.workflows.run import noise_cache_bytes
+    from zoopt.workflows.builders import noise_cache_bytes
 
     assert noise_cache_bytes(0, "cpu") == 0 and noise_cache_bytes(1.5, "cpu") == int(1.5 * 2**30)
     assert noise_cache_bytes("auto", "cuda:0") == 0 and noise_cache_bytes("auto", "cpu") > 0

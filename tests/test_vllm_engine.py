@@ -295,7 +295,7 @@ class TestSmolLM:
         and the trainer's (a separate fp32 policy built from the engine) agree to 1e-4 per token
         (measured ~3e-5 here, ~1.5e-6 on the tiny model)."""
         from zoopt.grpo import GRPO
-        from zoopt.workflows.run import build_objective
+        from zoopt.workflows.builders import build_objective
 
         v, _ = smol
         trainer = GRPO(v, build_objective({"objective": "arithmetic"}), Sampling(temperature=1.0, max_new_tokens=16, n=4),

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from zoopt.engines import vllm_setup as vllm_engine
+from zoopt.engines.vllm import environment as vllm_engine
 
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 KEYS = (BIND, "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CACHE_ROOT")

@@ -26,7 +26,7 @@ pytest.importorskip("vllm")
 from zoopt.config import load_config  # noqa: E402
 from zoopt.engines.base import Sampling  # noqa: E402
 from zoopt.engines.hf import HFEngine  # noqa: E402
-from zoopt.engines.vllm_lora import ram_scratch_dir  # noqa: E402
+from zoopt.engines.vllm.lora import ram_scratch_dir  # noqa: E402
 from zoopt.noise import Gaussian, LowRank  # noqa: E402
 from zoopt.types import Member, Population  # noqa: E402
 from zoopt.workflows.train import Trainer  # noqa: E402

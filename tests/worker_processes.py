@@ -5,7 +5,7 @@ from pathlib import Path
 
 
 def worker_pids() -> set[int]:
-    """Pids of this process's live children running ``_deadline_worker.py``."""
+    """Pids of this process's live children running ``zoopt/deadline/worker.py``."""
     me, found = os.getpid(), set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -13,7 +13,7 @@ def worker_pids() -> set[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == me and b"_deadline_worker.py" in cmdline:
+        if int(fields[1]) == me and b"deadline/worker.py" in cmdline:
             found.add(int(stat.parent.name))
     return found
 

@@ -9,10 +9,10 @@ from .callbacks import Callback, EarlyStopping
 from .engines.base import Sampling
 from .es import ES
 from .noise import Gaussian, LowRank, Noise, Rademacher
-from .optimize import optimize
-from .reward_functions import RewardFunctions
+from .rewards.functions import RewardFunctions
 from .types import Member, Population, Update
 from .workflows.fit import fit
+from .workflows.optimize import optimize
 
 __version__ = "0.1.0"
 __all__ = ["ES", "Gaussian", "Rademacher", "LowRank", "Noise", "optimize", "fit", "Sampling", "RewardFunctions",

@@ -5,7 +5,7 @@
 module a feature imports to ``(extra, feature)``; :func:`missing_dependency` turns the
 ``ModuleNotFoundError`` of such a module into :class:`MissingDependency`, whose message says
 what to install.  The CLI reports it as one line; library callers get it from
-:func:`zoopt.workflows.run.build_engine` and from sweeps' storage set-up.
+:func:`zoopt.workflows.builders.build_engine` and from sweeps' storage set-up.
 """
 
 from __future__ import annotations

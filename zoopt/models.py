@@ -9,9 +9,9 @@ name, and every tokenizer it returns pads on the left (pad token = EOS when it h
   plain HF directory under ``cache_dir()/models/smollm2-135m``; ~25 s once, seconds after).
   The build happens in a temporary directory that is renamed into place, under a file lock,
   so a killed build never leaves a half-written cache and two processes never build at once.
-- a name of :data:`WARMUPS` — the embedded model after a short supervised warm-up on a task's
-  *train* split (:mod:`zoopt.sft`), built on first use from its recipe and cached beside it
-  (``cache_dir()/models/<name>``, with the recipe and the losses in ``zoopt_build.json``);
+- the name of a model built into the cache (``cache_dir()/models/<name>`` with a
+  ``zoopt_build.json``): a warm-up of :mod:`zoopt.warmups`, which the workflows build on first
+  use, read from there like any HF directory;
 - ``"tiny"`` / ``"tiny:SEED"`` — a randomly initialised 2-layer Llama (hidden 64) with a
   character-level tokenizer and no chat template, identical for the same seed, for fast tests.
 - anything else — a local HF directory (or, where the hub is reachable, a hub id) read with
@@ -80,8 +80,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: 
         for param in model.parameters():  # not .to(dtype): rotary buffers stay fp32, as in from_pretrained
             param.data = param.data.to(torch_dtype)
     else:
-        path = (ensure_embedded() if name == EMBEDDED else ensure_warmup(name) if name in WARMUPS
-                else Path(name).expanduser())
+        path = (ensure_embedded() if name == EMBEDDED else cached_build(name) or Path(name).expanduser())
         model, tokenizer = _from_pretrained(name, path, torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -136,6 +135,14 @@ def embedded_gguf() -> Path:
 def ensure_embedded() -> Path:
     """Build the embedded model's HF directory if it is not cached yet; return the directory."""
     return build_cached(cache_dir() / "models" / EMBEDDED, build_smollm2)
+
+
+def cached_build(name: str) -> Path | None:
+    """The cache directory of a model zoopt built under ``name`` (it holds ``zoopt_build.json``), or None."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    path = cache_dir() / "models" / name
+    return path if (path / "zoopt_build.json").is_file() else None
 
 
 def build_cached(dest: Path, build: Callable[[Path], None]) -> Path:
@@ -199,55 +206,6 @@ def build_smollm2(dest: Path) -> None:
         "tied_embeddings": bool(config.get("tie_word_embeddings")),
         "seconds": round(time.perf_counter() - t0, 1),
     }, indent=1))
-
-
-# -- supervised warm-ups of the embedded model ---------------------------------------------
-#: name → recipe: ``base`` model, ``objective`` (a registered name) with ``objective_args``, the
-#: first ``problems`` of its *train* split, the completion ``target`` (formatted with the row's
-#: columns), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``, ``seed``.  A recipe
-#: never changes once published: a new one gets a new name (the cache is keyed by the name).
-WARMUPS: dict[str, dict] = {
-    # docs/results.md, "Coverage study": the closest to issue #31's calibration target of the tasks
-    # tried; 32 steps × 16 = 512 of the 1,463 train problems (a third of an epoch), ~4 min on one core
-    "smollm2-135m-sft32-arith21": {
-        "base": EMBEDDED, "objective": "arithmetic",
-        "objective_args": {"digits": [2, 1], "operators": "+-", "system_prompt": ""},
-        "problems": 1463, "target": "{answer}", "steps": 32, "lr": 2.0e-5, "batch_size": 16, "seed": 0},
-}
-WARMUP_THREADS = 1  # the warm-up trains on one thread: float sums, so the weights, do not depend on the machine's cores
-
-
-def ensure_warmup(name: str) -> Path:
-    """Build the warm-up ``name`` (:data:`WARMUPS`) if it is not cached yet; return its directory."""
-    return build_cached(cache_dir() / "models" / name, lambda dest: build_warmup(dest, WARMUPS[name]))
-
-
-def build_warmup(dest: Path, recipe: dict, on_step: Callable[[int, float], None] | None = None) -> None:
-    """Fine-tune ``recipe["base"]`` (fp32) on its task's train split and save it to ``dest``
-    (an HF directory: model, tokenizer, ``zoopt_build.json`` with the recipe and the losses)."""
-    from .registry import resolve_target
-    from .sft import encode_pairs, sft
-
-    t0 = time.perf_counter()
-    model, tokenizer = load_model(recipe["base"], dtype="float32")
-    objective = resolve_target("objectives:load")(recipe["objective"], **recipe.get("objective_args", {}))
-    rows = objective.dataset("train", int(recipe["problems"])).to_list()
-    pairs = encode_pairs(tokenizer, [r["prompt"] for r in rows], [recipe["target"].format(**r) for r in rows],
-                         objective.system_prompt)
-    log.warning("building the warm-up model from %s: %d steps on %d %s train problems (once)",
-                recipe["base"], recipe["steps"], len(rows), recipe["objective"])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(WARMUP_THREADS)
-    try:
-        losses = sft(model, tokenizer, pairs, int(recipe["steps"]), float(recipe["lr"]), int(recipe["batch_size"]),
-                     int(recipe["seed"]), on_step)
-    finally:
-        torch.set_num_threads(threads)
-    model.save_pretrained(str(dest))
-    tokenizer.save_pretrained(str(dest))
-    (dest / "zoopt_build.json").write_text(json.dumps({
-        "recipe": recipe, "losses": losses, "threads": WARMUP_THREADS,
-        "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
 
 
 # -- the tiny test model ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The objective contract: a verifier reward plus its data (the guard that calls it: :mod:`zoopt.reward_guard`).
+"""The objective contract: a verifier reward plus its data (the guard that calls it: :mod:`zoopt.rewards.guard`).
 
 An objective is a reward function with TRL's signature,
 ``objective(prompts, completions, **columns) -> list[float | None]``, where ``columns`` are the
@@ -10,7 +10,7 @@ conversation of ``{"role", "content"}`` messages) plus the answer columns the re
 Callers read data through :func:`load_split`, which also serves an objective whose ``dataset``
 takes no ``n`` and clamps a request larger than the split, with a note.
 
-Rules every objective keeps (:func:`zoopt.reward_guard.score` enforces the first two for any
+Rules every objective keeps (:func:`zoopt.rewards.guard.score` enforces the first two for any
 reward function):
 
 * never raises out of a step and never hangs;
@@ -29,9 +29,14 @@ import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from .registry import resolve_target
+
 SPLITS = ("train", "test")
 #: the kinds of failure :meth:`Objective.failure_mode` tells apart
 FAILURE_MODES = ("wrong", "no_answer", "format")
+OBJECTIVES_LOAD = "objectives:load"  # the plugin package's loader: a lazy target, never an import
 
 
 class ZooptWarning(UserWarning):
@@ -206,3 +211,17 @@ def _rows(n: int, columns: dict[str, list]) -> list[dict]:
         if len(values) != n:
             raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
     return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+
+
+def load_objective(spec: str, **kwargs: Any) -> Objective:
+    """The objective ``spec`` (a registered name, ``path/file.py:attr`` or ``module:attr``) built
+    with ``kwargs``, through :func:`objectives.load` (reached by its lazy target: the core never
+    imports a plugin package)."""
+    return resolve_target(OBJECTIVES_LOAD)(spec, **kwargs)
+
+
+def step_indices(n_rows: int, seed: int, step: int, k: int) -> np.ndarray:
+    """The training rows of ``step``: ``k`` distinct rows drawn from (seed, step) alone (ES and
+    GRPO draw a step's prompts this way, so a resumed run sees the same prompts)."""
+    rng = np.random.default_rng([int(seed), int(step), 0x5EED])
+    return rng.choice(n_rows, size=min(k, n_rows), replace=False)

@@ -1,5 +1,5 @@
 """Supervised fine-tuning in plain torch: the short warm-up that can turn the embedded model into a
-calibrated base for a coverage study (:data:`zoopt.models.WARMUPS`).
+calibrated base for a coverage study (:data:`zoopt.warmups.WARMUPS`).
 
 A training pair is a prompt and its target completion.  The sequence is
 ``encode_prompt(prompt) ‖ tokens(target) ‖ EOS`` — the prompt exactly as the engines feed it to

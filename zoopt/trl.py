@@ -13,7 +13,7 @@ test holds them to ``GRPOTrainer``'s and ``GRPOConfig``'s signatures).  ``model`
 local directory, a name zoopt knows (``smollm2-135m``, ``tiny``) or a ``PreTrainedModel``
 (with ``processing_class``, its tokenizer, when its config names none).  ``reward_funcs`` is one
 TRL reward function or a list, summed with ``reward_weights``
-(:class:`~zoopt.reward_functions.RewardFunctions`); the datasets are ``datasets.Dataset`` s with
+(:class:`~zoopt.rewards.functions.RewardFunctions`); the datasets are ``datasets.Dataset`` s with
 a ``prompt`` column, plain or conversational, whose other columns reach the reward functions.
 
 :meth:`ESTrainer.train` is ``zoopt.fit`` (:mod:`zoopt.workflows.fit`): the seed log, metrics,
@@ -33,11 +33,11 @@ from .callbacks import Callback
 from .config import ConfigError
 from .engines.hf import HFEngine
 from .hparams import ESConfig, EvalConfig, to_dict
-from .reward_functions import RewardFunction, RewardFunctions
-from .rundir import RunDir
+from .rewards.functions import RewardFunction, RewardFunctions
+from .runs.rundir import RunDir
 from .types import RunResult
+from .workflows.builders import build_engine, build_es, evaluate_run, noise_cache_bytes, run_dir_for, sampling_from
 from .workflows.fit import fit
-from .workflows.run import build_engine, build_es, evaluate_run, noise_cache_bytes, run_dir_for, sampling_from
 
 
 class ESTrainer:

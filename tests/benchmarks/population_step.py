@@ -39,7 +39,7 @@ def build(model: str, batch_size: int = 64):
     cache; the cache fills only during Gaussian perturbs, so the other modes' memory is their own),
     so paired rounds compare the modes on the same weights and allocator."""
     from zoopt.engines.hf import HFEngine
-    from zoopt.workflows.run import noise_cache_bytes
+    from zoopt.workflows.builders import noise_cache_bytes
 
     engine = HFEngine.from_pretrained(model, dtype="bfloat16", batch_size=batch_size,
                                       noise_cache_bytes=noise_cache_bytes("auto", "cpu"), population="auto")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from objectives.sandbox import run_program, run_programs  # noqa: E402
+from zoopt.sandbox.programs import run_program, run_programs  # noqa: E402
 
 PROGRAMS = {
     "sleep": "import time\ntime.sleep({seconds})\n",

@@ -6,7 +6,7 @@ study costs from them.  One JSON line per measured unit, then one line with the 
 
 The units are measured with the spec's own settings (model, objective, dtype, batch size, the
 ``es``/``grpo`` sections, ``eval``), as ``zoopt study`` runs them: the trainers of
-:mod:`zoopt.workflows.trainers` on one engine with :func:`zoopt.workflows.schedule.phase_config`
+:mod:`zoopt.workflows.methods` on one engine with :func:`zoopt.workflows.schedule.phase_config`
 configs, each timed after one warm-up step, and :func:`zoopt.evaluate.evaluate` on
 ``--eval-problems`` problems (its cost per problem scales to ``eval.n_problems``).  Each line has
 wall seconds and this process's CPU seconds (``time.process_time``).  The estimate counts the
@@ -54,11 +54,11 @@ def main() -> None:
     from zoopt.evaluate import evaluate
     from zoopt.study.spec import load_study_spec
     from zoopt.workflows.compare import shared_config
-    from zoopt.workflows.run import build_engine, build_objective
+    from zoopt.workflows.builders import build_engine, build_objective
     from zoopt.workflows.schedule import phase_config
     from zoopt.workflows.study import compare_config
     from zoopt.workflows.study_seeds import final_temperatures, plan_runs
-    from zoopt.workflows.trainers import start_run
+    from zoopt.workflows.methods import start_run
 
     spec = load_study_spec(args.spec, args.profile, args.set)
     cfg = compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("unused"))

@@ -7,7 +7,7 @@ Two vLLM engines of the same model live in this one run and take turns, step by 
 one warm-up step each), so a change in the machine's load hits both alike:
 
 - ``multilora``: ``population: batched`` with ``max_loras = members`` — each member a LoRA
-  adapter, all prompts × members in one ``generate`` call (``zoopt.engines.vllm_lora``);
+  adapter, all prompts × members in one ``generate`` call (``zoopt.engines.vllm.lora``);
 - ``sequential``: LoRA off, ``population: sequential`` — for each member perturb (the dense
   low-rank ε written into the weights in the workers), generate the prompts, restore.
 

@@ -22,8 +22,8 @@ import warnings
 from ..config import ConfigError
 from ..extras import missing_dependency
 from ..models import ModelLoadError
-from ..scoring import RewardError, ZooptWarning
 from ..plugins import PluginError, add_plugins
+from ..rewards.scoring import RewardError, ZooptWarning
 from . import analyze, calibrate, compare, export, grpo, study, sweep, train
 from . import eval as eval_command
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _show_warning(show):
-    """zoopt's own warnings (:class:`~zoopt.scoring.ZooptWarning`) as one ``zoopt: warning: ...`` line."""
+    """zoopt's own warnings (:class:`~zoopt.rewards.scoring.ZooptWarning`) as one ``zoopt: warning: ...`` line."""
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, ZooptWarning):
             print(f"zoopt: warning: {message}", file=file or sys.stderr)

@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from ..metrics import TAU
-from ..plots import plot_run
-from ..state import is_run_dir, model_label, run_config
+from ..reporting.plots import plot_run
+from ..runs.references import is_run_dir, model_label, run_config
 from ..workflows.analyze import analyze, tables
 from ..workflows.coverage import coverage_lines, population_coverage
 from .common import EVAL_FLAGS, add_eval_flags, eval_config, stamp

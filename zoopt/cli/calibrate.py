@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..state import model_label
+from ..runs.references import model_label
 from ..workflows.calibrate import calibrate
 from .common import add_eval_flags, eval_config, slug, stamp
 

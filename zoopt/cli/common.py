@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..config import absolute_paths, default_config, merge, set_dotted
-from ..state import resolve_model, run_config
+from ..runs.references import resolve_model, run_config
 
 MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
 EVAL_FLAGS = ("n_problems", "temperature", "max_new_tokens", "dtype", "seed", "batch_size",

@@ -18,9 +18,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import plots
-from ..state import model_label
-from ..workflows.analyze import evaluate_model, jsonable
+from ..reporting import plots
+from ..runs.jsonable import jsonable
+from ..runs.references import model_label
+from ..workflows.analyze import evaluate_model
 from ..workflows.suite import evaluate_suite, metric_columns, suite_objectives, suite_table, suites, to_markdown
 from .common import add_eval_flags, eval_config, slug, stamp
 

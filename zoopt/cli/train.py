@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_config
-from ..rundir import RunDir
+from ..runs.rundir import RunDir
 from ..workflows.train import check_resumable, train
 from .common import MODEL_HELP, add_run_flags, flag_overrides
 

@@ -30,9 +30,9 @@ from typing import Callable, ContextManager, Sequence
 import numpy as np
 import torch
 
-from ..atomic import atomic_directory
 from ..models import load_model
 from ..noise import LowRank, Noise
+from ..runs.atomic import atomic_directory
 from ..types import Population
 from .base import Completion, Engine, Prompt, Sampling
 from .batched import BatchedLowRank, RowLayout

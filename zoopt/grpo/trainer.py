@@ -2,11 +2,11 @@
 
 One step (TRL's defaults: one optimizer step per generation batch, ``num_iterations = 1``):
 
-1. draw ``prompts_per_step`` training rows with :func:`zoopt.workflows.run.step_indices` (from
+1. draw ``prompts_per_step`` training rows with :func:`zoopt.objective.step_indices` (from
    ``(seed, step)`` alone, as ES does);
 2. rollouts: ``engine.generate(prompts, sampling)`` with ``sampling.n = G`` completions per
    prompt (the group) and a sampling seed from ``(seed, step)``; score them with a
-   :class:`zoopt.scoring.Scorer` (the same guard, TRL-shaped inputs and ``reward_errors`` as ES);
+   :class:`zoopt.rewards.scoring.Scorer` (the same guard, TRL-shaped inputs and ``reward_errors`` as ES);
 3. advantages :func:`~zoopt.grpo.advantages.group_advantages` (``scale_rewards``);
 4. ``num_iterations`` times: the loss of :mod:`zoopt.grpo.loss` over the whole batch —
    micro-batches of ``micro_batch_size`` sequences, each backpropagating its exact share, so
@@ -44,8 +44,8 @@ import torch
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..hparams import GRPOConfig, from_dict, to_dict
-from ..scoring import Scorer
-from ..workflows.run import step_indices
+from ..objective import step_indices
+from ..rewards.scoring import Scorer
 from .advantages import group_advantages, group_std_is_zero
 from .loss import grpo_loss, token_logps, token_weights
 from .policy import policy_for, sync_same_module

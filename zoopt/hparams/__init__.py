@@ -18,10 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .configs import (EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, SamplingConfig,
-                      TrainConfig)
-from .schema import (Config, ConfigError, Rule, from_dict, markdown_table, optional_keys, to_dict,
-                     to_yaml, unknown_key)
+from .run_configs import EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, SamplingConfig, TrainConfig
+from .schema import Config, ConfigError, Rule, from_dict, markdown_table, optional_keys, to_dict, to_yaml, unknown_key
 from .trl_names import ES_KEYS, TRL_NAMES, ESConfig
 
 #: ``base`` name of ``zoopt.config.load_config`` → its config class
@@ -41,7 +39,7 @@ def configuration_markdown() -> str:
              "values are YAML (`5e-3`, `[0.9, 0.99]`, `null`). A key that does not exist, or a value that breaks",
              "its rule, is a one-line error naming the key.",
              "",
-             "Generated from `zoopt/hparams/configs.py` by `python -m zoopt.hparams` (which also writes",
+             "Generated from `zoopt/hparams/run_configs.py` by `python -m zoopt.hparams` (which also writes",
              "`zoopt/configs/train.yaml` and `grpo.yaml`); `tests/test_hparams.py` fails when this file drifts.",
              "In Python: `TrainConfig(sigma=0.01)`, `GRPOConfig(lr=1e-5)` (`zoopt.hparams`), and",
              "`GRPO(engine, objective, sampling, lr=1e-5, ...)` takes the GRPO keys marked below.",

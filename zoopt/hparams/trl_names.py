@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
-from .configs import NoiseConfig, TrainConfig
+from .run_configs import NoiseConfig, TrainConfig
 from .schema import Config, boolean, from_dict, hp, list_of, number, section, to_dict
 
 #: ESConfig field (TRL's ``GRPOConfig`` name) → the ``zoopt train`` key of the same concept

@@ -121,7 +121,7 @@ def _below(at: dict) -> bool:
 
 
 def curves(numbers: dict, temperature: float) -> dict[str, dict[int, float]]:
-    """``{label: {k: pass@k}}`` for :func:`zoopt.plots.plot_pass_at_k`: the base and every
+    """``{label: {k: pass@k}}`` for :func:`zoopt.reporting.plots.plot_pass_at_k`: the base and every
     point of every method at ``temperature`` (seed means)."""
     out: dict[str, dict[int, float]] = {}
     for method, rows in numbers["points"].items():

@@ -16,9 +16,9 @@ import math
 import time
 from pathlib import Path
 
-from .. import plots
+from ..reporting import plots
+from ..runs.jsonable import jsonable
 from . import narrowing
-from ..workflows.analyze import jsonable
 from .claims import TITLES, summarise
 
 INCONCLUSIVE_RULE = ("A verdict is drawn from a paired bootstrap over the held-out problems (2000 resamples, "

@@ -15,8 +15,7 @@ reward, answers, success threshold and system prompt are ``O``'s.
 from __future__ import annotations
 
 from ..config import ConfigError
-from ..objective import Objective, check_split, load_split
-from ..workflows.run import build_objective
+from ..objective import Objective, check_split, load_objective, load_split
 
 TARGET = "zoopt.study.validation:ValidationSplit"
 
@@ -27,7 +26,7 @@ class ValidationSplit(Objective):
     def __init__(self, objective: str, objective_args: dict | None = None, n_validation: int = 32) -> None:
         if isinstance(n_validation, bool) or not isinstance(n_validation, int) or n_validation < 1:
             raise ConfigError(f"tuning.validation must be an integer ≥ 1, got {n_validation!r}")
-        self.inner = build_objective({"objective": objective, "objective_args": objective_args or {}})
+        self.inner = load_objective(objective, **(objective_args or {}))
         size = self.inner.split_size("train")
         if size is not None and size <= n_validation:
             raise ConfigError(f"tuning.validation: {n_validation} problems leave none of the {size} train "

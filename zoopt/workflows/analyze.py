@@ -2,7 +2,7 @@
 training move the weights, and how much of the gain do the small updates carry?
 
 With ``Δ = θ − θ₀`` (TRAINED minus BASE, both fp32, compared on ``named_parameters`` so tied
-tensors count once; see :mod:`zoopt.state`):
+tensors count once; see :mod:`zoopt.runs.references`):
 
 * relative drift ``D_rel = ‖Δ‖₂ / ‖θ₀‖₂``, overall and per parameter group
   (:func:`zoopt.metrics.relative_drift`, :func:`~zoopt.metrics.drift_by_group`);
@@ -15,7 +15,7 @@ tensors count once; see :mod:`zoopt.state`):
   change the accuracy).
 
 Evaluation settings come from a run config (``zoopt/configs/train.yaml`` keys) and go through
-:func:`zoopt.workflows.run.evaluate_config`, as the training loop's do, so an accuracy here
+:func:`zoopt.workflows.builders.evaluate_config`, as the training loop's do, so an accuracy here
 equals the training loop's at the same settings.
 """
 
@@ -29,13 +29,13 @@ from typing import Callable
 import torch
 from rich.table import Table
 
-from .. import plots
-from ..evaluate import EvalResult
-from ..metrics import (TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group,
-                       threshold_state_dict)
+from ..metrics import TAU, drift_by_group, magnitude_histogram, magnitude_shares, param_group, threshold_state_dict
 from ..models import ModelLoadError
-from ..state import LoadedModel, load_params, save_with_params
-from .run import build_engine, build_objective, eval_kwargs, evaluate_config
+from ..reporting import plots
+from ..runs.jsonable import jsonable
+from ..runs.references import LoadedModel, load_params, save_with_params
+from .builders import build_engine, build_objective, eval_kwargs, evaluate_config
+from .evaluate import EvalResult
 
 Params = dict[str, torch.Tensor]
 
@@ -146,17 +146,6 @@ def _evaluate_all(report: dict, eval_cfg: dict, progress) -> dict:
     settings.update(objective=eval_cfg["objective"], objective_args=eval_cfg.get("objective_args"),
                     dtype=eval_cfg["dtype"], ks=list(settings["ks"]))
     return {"settings": settings, "base": base_s, "trained": trained_s}
-
-
-def jsonable(obj):
-    """``obj`` with NaN/inf floats as ``None``/strings and tuples as lists (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    return obj
 
 
 # -- tables -------------------------------------------------------------------------------

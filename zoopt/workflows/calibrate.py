@@ -40,8 +40,8 @@ from ..config import ConfigError
 from ..engines.base import Sampling
 from ..metrics import bootstrap_ci, pass_at_k, rate_histogram, share_between
 from ..objective import FAILURE_MODES, load_split
-from ..scoring import Scorer
-from .run import build_engine, build_objective
+from ..rewards.scoring import Scorer
+from .builders import build_engine, build_objective
 
 #: the base a coverage study needs (issue #31): ``key: (low, high)``, both inclusive
 TARGET = {

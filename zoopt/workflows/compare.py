@@ -2,7 +2,7 @@
 
 Each method is a schedule (:mod:`zoopt.workflows.schedule`) given the same ``budget`` of sampled
 completions; ``base`` is the empty schedule.  Every method starts from the same base
-weights, is evaluated with the same settings (:func:`zoopt.workflows.run.evaluate_run` on the
+weights, is evaluated with the same settings (:func:`zoopt.workflows.builders.evaluate_run` on the
 ``eval`` block and ``seed`` of the compare config), and reports
 
 * Pass@k and Maj@k for the configured ``eval.ks`` (with ``eval.n_samples`` samples), greedy
@@ -19,7 +19,7 @@ child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (
 (``isolate: false``, for tests) memory is not attributable to one method and is reported as
 ``null``.  Results: ``compare.json`` (everything), ``compare.md`` (the table),
 ``pass_at_k.png`` and ``train_reward.png`` in the run directory; ``report_to`` sends them, and
-each method's step records, to experiment trackers (:mod:`zoopt.trackers`).  ``keep_models: false`` removes
+each method's step records, to experiment trackers (:mod:`zoopt.reporting.trackers`).  ``keep_models: false`` removes
 each method's final ``model/`` once D_rel is measured; the ``start_model/`` of an ES phase that
 follows another phase is kept, since that phase's seed log replays onto it (``zoopt export``).
 """
@@ -37,10 +37,10 @@ from pathlib import Path
 from ..config import ConfigError, absolute_paths, config_items, default_config, merge
 from ..metrics import relative_drift
 from ..models import load_model
-from ..plots import plot_pass_at_k, plot_reward_curves
-from .run import build_engine, build_objective, evaluate_config, run_dir_for
-from ..rundir import RunDir
-from ..trackers import open_trackers, scalars, tracker_names
+from ..reporting.plots import plot_pass_at_k, plot_reward_curves
+from ..reporting.trackers import open_trackers, scalars, tracker_names
+from ..runs.rundir import RunDir
+from .builders import build_engine, build_objective, evaluate_config, run_dir_for
 from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
@@ -112,7 +112,7 @@ def engine_config(shared: dict, planned: list[PlannedPhase], name: str = "method
 
 
 def eval_config(cfg: dict) -> dict:
-    """The config :func:`zoopt.workflows.run.evaluate_run` reads: the same for every method."""
+    """The config :func:`zoopt.workflows.builders.evaluate_run` reads: the same for every method."""
     return {"eval": dict(cfg["eval"]), "batch_size": cfg["batch_size"], "seed": cfg["seed"],
             "reward_timeout_s": cfg["reward_timeout_s"], "reward_errors": cfg["reward_errors"]}
 

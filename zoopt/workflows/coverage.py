@@ -15,7 +15,7 @@ Reported per K: both means, the paired difference (a) − (b) with its 95 % boot
 problems, the mean success rates ``p̄_pop = mean c_pop/M`` and ``p_θ = mean c_θ/M`` (the
 lemma's comparison is at equal mean success: read the gap beside them), and the spread of the
 members' own success rates (each member's share of problems solved: mean, std, min, max).
-Both sides sample with the same evaluation settings (:func:`zoopt.evaluate.evaluate`, no
+Both sides sample with the same evaluation settings (:func:`zoopt.workflows.evaluate.evaluate`, no
 greedy pass) on the same problems.
 """
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evaluate import evaluate
 from ..metrics import bootstrap_ci, pass_at_k
 from ..noise import noise_from_dict
-from .run import build_engine, build_objective, eval_kwargs
+from .builders import build_engine, build_objective, eval_kwargs
+from .evaluate import evaluate
 
 
 def member_seed(seed: int, i: int) -> int:

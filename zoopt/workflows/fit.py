@@ -16,7 +16,7 @@ it), ``metrics.jsonl``, ``config.yaml``, ``eval_*.json``, ``checksum.txt``, ``tr
   engine whose weights are still the base model's.
 * ``objective``: the objective contract (:mod:`zoopt.objective`: a TRL-signature reward with
   ``dataset(split)``); TRL reward functions and your datasets become one with
-  :class:`~zoopt.reward_functions.RewardFunctions`.  An objective's ``system_prompt`` goes to an
+  :class:`~zoopt.rewards.functions.RewardFunctions`.  An objective's ``system_prompt`` goes to an
   engine that has none, as in ``zoopt train``.
 * ``es``: an :class:`~zoopt.es.ES` shell; its estimator needs only ``plan`` and ``update`` —
   registered or not.
@@ -37,20 +37,20 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..callbacks import Callback
-from ..checkpoint import SeedLog
 from ..config import ConfigError
 from ..engines.base import Sampling
 from ..es import ES
 from ..hparams import EvalConfig, TrainConfig, from_dict, to_dict
 from ..objective import Objective
-from ..progress import TrainProgress
 from ..registry import ENGINES, ESTIMATORS
-from ..rundir import RunDir
-from ..scoring import reward_name
-from ..trackers import ReportTo
+from ..reporting.progress import TrainProgress
+from ..reporting.trackers import ReportTo
+from ..rewards.scoring import reward_name
+from ..runs.rundir import RunDir
+from ..runs.seedlog import SeedLog
 from ..types import RunResult
+from .builders import run_dir_for
 from .loop import run_loop
-from .run import run_dir_for
 from .train import ESRun
 
 

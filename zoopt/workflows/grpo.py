@@ -14,12 +14,12 @@ from typing import Sequence
 
 from ..callbacks import Callback
 from ..grpo import GRPO
-from ..progress import TrainProgress
-from ..trackers import ReportTo
+from ..reporting.progress import TrainProgress
+from ..reporting.trackers import ReportTo
+from ..runs.rundir import RunDir
 from ..types import RunResult
+from .builders import run_dir_for
 from .loop import RunTrainer, run_loop
-from .run import run_dir_for
-from ..rundir import RunDir
 
 
 class GRPOTrainer(RunTrainer):

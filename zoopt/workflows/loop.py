@@ -3,7 +3,7 @@
 A *trainer* (ES's :class:`zoopt.workflows.train.Trainer`, GRPO's
 :class:`zoopt.workflows.grpo.GRPOTrainer`, both :class:`RunTrainer` subclasses) has one shape:
 
-* ``cfg`` (the run config), ``run_dir`` (a :class:`~zoopt.rundir.RunDir`),
+* ``cfg`` (the run config), ``run_dir`` (a :class:`~zoopt.runs.rundir.RunDir`),
   ``engine``, ``objective``, ``steps_done``;
 * ``step(on_member=None) -> record``: one training step; it appends ``record`` to
   ``metrics.jsonl`` and calls ``on_member(i, reward)`` as units of the step finish;
@@ -19,7 +19,7 @@ exporting ``checkpoint-{steps done}/`` every k steps — evaluates after, export
 (``export: true``), plots ``training.png``, writes ``checksum.txt`` and closes the engine, also
 when a step raises.  Callbacks (:mod:`zoopt.callbacks`) hear of the start, each step, each
 evaluation and the end, and may stop the run early; ``report_to``'s trackers are one
-(:class:`zoopt.trackers.ReportTo`).
+(:class:`zoopt.reporting.trackers.ReportTo`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..callbacks import Callback
-from ..plots import plot_run
-from ..progress import TrainProgress
-from ..rundir import RunDir
+from ..reporting.plots import plot_run
+from ..reporting.progress import TrainProgress
+from ..runs.rundir import RunDir
 from ..types import RunResult
-from .run import build_engine, build_objective, evaluate_run
+from .builders import build_engine, build_objective, evaluate_run
 
 
 class RunTrainer(abc.ABC):

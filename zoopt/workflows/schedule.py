@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ConfigError, default_config, merge
-from .trainers import METHODS, start_run
+from .methods import METHODS, start_run
 
 BASE_CONFIG = {"es": "train", "grpo": "grpo"}
 PHASE_KEYS = {"method", "budget_fraction", "overrides"}

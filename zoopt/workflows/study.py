@@ -42,14 +42,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
-from ..state import load_params
+from ..runs.jsonable import jsonable
+from ..runs.references import load_params
 from ..study import claims as C
 from ..study.narrowing import c1_strong
 from ..study.report import write_report
-from .analyze import analyze, evaluate_model, jsonable, tau_dirname
+from .analyze import analyze, evaluate_model, tau_dirname
+from .builders import build_objective
 from .compare import eval_config, run_method
 from .coverage import population_coverage
-from .run import build_objective
 from .study_seeds import WallClock, coverage_points, extra_evaluations, model_eval_config, plan_runs, pooled_eval
 from .tuning import base_validation, grid_size, tune, untuned
 
@@ -239,7 +240,7 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
 
 def _curves(results: dict, key: str, names=("es", "grpo")) -> dict:
     """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ``names``."""
-    from ..rundir import RunDir
+    from ..runs.rundir import RunDir
 
     out = {}
     for name in names:

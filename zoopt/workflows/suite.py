@@ -3,7 +3,7 @@
 A suite is a list of objective names: one of ``zoopt/configs/suites.yaml`` (``paper-math``:
 gsm8k, math500, aime24, aime25, amc23, minerva, olympiadbench; ``paper-nonmath``:
 gpqa_diamond) or any comma-separated list.  :func:`evaluate_suite` builds the engine once and
-evaluates it on each objective with the same settings (:func:`~zoopt.workflows.run.eval_kwargs`:
+evaluates it on each objective with the same settings (:func:`~zoopt.workflows.builders.eval_kwargs`:
 ``eval.n_problems`` problems of each, ``n_samples`` samples at ``eval.temperature``), each
 with its own system prompt.  An objective whose data cannot be had here
 (:class:`~zoopt.objective.DataUnavailable`: no hub, no cache, no offline source) becomes a row
@@ -26,9 +26,9 @@ from typing import Callable
 
 import yaml
 
-from ..evaluate import EvalResult
 from ..objective import DataUnavailable
-from .run import build_engine, build_objective, evaluate_config
+from .builders import build_engine, build_objective, evaluate_config
+from .evaluate import EvalResult
 
 
 @dataclass

@@ -4,7 +4,7 @@ Per step:  ask → ``engine.generate_population`` (every member: perturb, genera
 prompts, score, restore) → tell → apply → append the update to the seed log (atomic) → one
 JSONL metrics line.
 
-A run directory (:class:`~zoopt.rundir.RunDir`) holds ``config.yaml``,
+A run directory (:class:`~zoopt.runs.rundir.RunDir`) holds ``config.yaml``,
 ``seedlog.json`` (the run itself: base model + updates), ``metrics.jsonl``,
 ``eval_before.json``/``eval_after.json``, ``checksum.txt`` and, with ``export: true``,
 ``model/`` (an HF directory of the final weights).  ``--resume DIR`` replays the seed log onto
@@ -30,20 +30,21 @@ from typing import Sequence
 import numpy as np
 
 from ..callbacks import Callback
-from ..checkpoint import SeedLog
 from ..config import ConfigError
+from ..engines.base import Sampling
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
-from ..reward_guard import mean_reward
-from ..scoring import Scorer
-from ..progress import TrainProgress
+from ..objective import step_indices
 from ..registry import ENGINES
-from ..engines.base import Sampling
-from ..trackers import ReportTo
+from ..reporting.progress import TrainProgress
+from ..reporting.trackers import ReportTo
+from ..rewards.guard import mean_reward
+from ..rewards.scoring import Scorer
+from ..runs.rundir import RunDir
+from ..runs.seedlog import SeedLog
 from ..types import RunResult
-from ..rundir import RunDir
+from .builders import build_engine, build_es, build_objective, run_dir_for, sampling_from
 from .loop import RunTrainer, run_loop
-from .run import build_engine, build_es, build_objective, run_dir_for, sampling_from, step_indices
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",

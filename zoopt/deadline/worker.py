@@ -1,0 +1,45 @@
+"""A :class:`zoopt.deadline.pool.DeadlinePool` worker, run by path (never imported).
+
+``python worker.py MODULE_FILE FUNCTION READ_FD WRITE_FD MEMORY_MB``: load the module
+file on its own (not through its package, so the worker imports only what that file imports),
+limit the address space to its size now plus ``MEMORY_MB`` (0: no limit), send ``("ready",)``,
+then answer each ``(job, args)`` with ``(job, "ok", FUNCTION(*args))`` or
+``(job, "error", one line)`` until the pipe closes.
+"""
+
+import importlib.util
+import os
+import resource
+import sys
+from multiprocessing.connection import Connection
+
+
+def main(path: str, function: str, read_fd: int, write_fd: int, memory_mb: int) -> None:
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    spec = importlib.util.spec_from_file_location("_zoopt_deadline_target", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, function)
+    if memory_mb > 0:
+        with open("/proc/self/statm") as fh:
+            size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = size + memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    outbox.send(("ready",))
+    while True:
+        try:
+            job, args = inbox.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            outbox.send((job, "ok", fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - the worker reports whatever happened
+            text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            try:
+                outbox.send((job, "error", text))
+            except (OSError, ValueError):
+                return
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -1,0 +1,6 @@
+"""The vLLM engine: the driver (:mod:`.driver`), its workers' side (:mod:`.worker`, :mod:`.layout`),
+the multi-LoRA population (:mod:`.lora`) and how vLLM is started here (:mod:`.environment`)."""
+
+from .driver import VLLMEngine
+
+__all__ = ["VLLMEngine"]

@@ -1,0 +1,129 @@
+"""``RunDir``: the files of one run directory, each read and written in one place.
+
+| file | written by | what |
+|---|---|---|
+| ``config.yaml`` | every run | the full config the run was started with |
+| ``seedlog.json`` | ES runs (:class:`zoopt.runs.seedlog.SeedLog`) | the base model + every update |
+| ``base_model/`` | ``zoopt.fit`` on an engine not loaded by name | the weights the seed log replays onto |
+| ``metrics.jsonl`` | every step | one JSON record per line, flushed as it is written |
+| ``eval_{tag}.json`` | held-out evaluations | ``eval_before.json``, ``eval_after.json`` |
+| ``checksum.txt`` | the end of a run | the final working weights' digest |
+| ``model/`` | ``export: true`` | an HF directory of the final weights |
+| ``checkpoint-N/`` | ``checkpoint_every: k`` | an HF directory of the weights after step N (every k-th) |
+| ``training.png`` | the end of a run | reward (and entropy) curves of ``metrics.jsonl`` |
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from ..config import ConfigError
+
+
+class RunDir:
+    """One run directory (it need not exist yet)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- paths -----------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def seedlog_path(self) -> Path:
+        return self.path / "seedlog.json"
+
+    @property
+    def base_model_path(self) -> Path:
+        return self.path / "base_model"
+
+    @property
+    def checksum_path(self) -> Path:
+        return self.path / "checksum.txt"
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model"
+
+    @property
+    def training_plot_path(self) -> Path:
+        return self.path / "training.png"
+
+    def checkpoint_path(self, steps_done: int) -> Path:
+        return self.path / f"checkpoint-{int(steps_done)}"
+
+    def eval_path(self, tag: str) -> Path:
+        return self.path / f"eval_{tag}.json"
+
+    # -- state -----------------------------------------------------------------------------
+    def holds_run(self) -> bool:
+        """True when a run has started here (a seed log or a metrics log exists)."""
+        return self.seedlog_path.exists() or self.metrics_path.exists()
+
+    def refuse_if_used(self, hint: str = "") -> None:
+        """A one-line :class:`ConfigError` when the directory already holds a run."""
+        if self.holds_run():
+            raise ConfigError(f"run_dir {str(self.path)!r} already holds a run{hint}")
+
+    def mkdir(self) -> "RunDir":
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # -- files -----------------------------------------------------------------------------
+    def write_config(self, cfg: dict) -> Path:
+        self.mkdir()
+        self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return self.config_path
+
+    def read_config(self) -> dict | None:
+        """``config.yaml`` as a mapping, or ``None`` when there is none."""
+        if not self.config_path.is_file():
+            return None
+        cfg = yaml.safe_load(self.config_path.read_text())
+        return cfg if isinstance(cfg, dict) else None
+
+    def append_metrics(self, record: dict) -> None:
+        """Append one record as a line of ``metrics.jsonl`` and flush it."""
+        self.mkdir()
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+
+    def read_metrics(self) -> list[dict]:
+        """Every record of ``metrics.jsonl``, in order (a FileNotFoundError names a missing log)."""
+        if not self.metrics_path.is_file():
+            raise FileNotFoundError(f"no metrics.jsonl in run directory {str(self.path)!r}")
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def write_eval(self, tag: str, summary: dict) -> Path:
+        self.mkdir()
+        path = self.eval_path(tag)
+        path.write_text(json.dumps(summary, indent=2, default=str))
+        return path
+
+    def read_eval(self, tag: str) -> dict | None:
+        path = self.eval_path(tag)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def write_checksum(self, checksum: str) -> Path:
+        self.mkdir()
+        self.checksum_path.write_text(checksum + "\n")
+        return self.checksum_path
+
+    def read_checksum(self) -> str | None:
+        return self.checksum_path.read_text().strip() if self.checksum_path.exists() else None

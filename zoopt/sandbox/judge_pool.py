@@ -1,0 +1,205 @@
+"""Worker processes that run a dataset's tests (trusted code) with a hard deadline per job.
+
+The judge of a program's tests (``trusted_judge.py``) runs the dataset's code, which can loop
+(a ``while`` over the model's answers) or take long; like :mod:`zoopt.deadline.pool`, it
+therefore runs in a worker process that is killed (SIGKILL, reaped) and replaced when its job
+overruns.  Unlike the deadline pool, a job here talks to a sandboxed program while it runs, so
+each job comes with a file descriptor — the judge's end of the program's channel, passed over
+a Unix socket (``SCM_RIGHTS``) — and reports each test as it finishes, so a job that is killed
+keeps the tests it had already judged.  Each calling thread checks out a worker of its own
+(:meth:`JudgePool.checkout`); a pool of ``size`` workers serves ``size`` threads at once.
+
+A worker is a fresh interpreter (``python -I zoopt/sandbox/judge_worker.py``) that loads only the
+judge's three standard-library files, with its address space capped at its start size plus
+``memory_mb``; started once and reused, it costs one interpreter start per pool rather than
+per program.  Its stdout goes to /dev/null (a test's prints are not the trainer's output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("judge_worker.py")
+START_TIMEOUT_S = 60.0  # a worker that is not ready by then fails its job
+
+
+@dataclass
+class JudgeReport:
+    """What a job's judge said: ``outcomes[i]`` for each test it finished; ``status`` is
+    ``"done"``, ``"timeout"`` (killed at its deadline), ``"cancelled"``, ``"died"`` (the worker
+    ended or broke the protocol) or ``"not_started"`` (no worker became ready)."""
+
+    outcomes: dict[int, str] = field(default_factory=dict)
+    status: str = "done"
+    notes: list[str] = field(default_factory=list)
+
+
+class _Frames:
+    """Length-prefixed JSON frames from a socket, read with a deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer = sock, bytearray()
+
+    def next(self, until: float, cancel: threading.Event | None = None):
+        """The next message; None at ``until`` or on ``cancel``; EOFError when the peer is gone."""
+        while True:
+            if len(self.buffer) >= 4:
+                size = int.from_bytes(self.buffer[:4], "big")
+                if len(self.buffer) >= 4 + size:
+                    message = json.loads(bytes(self.buffer[4:4 + size]))
+                    del self.buffer[:4 + size]
+                    return message
+            left = until - time.monotonic()
+            stop = left <= 0 or (cancel is not None and cancel.is_set())
+            ready, _, _ = select.select([self.sock], [], [], 0 if stop else min(left, 0.05))
+            if ready:  # what already came is read even when stopping: finished tests count
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    raise EOFError("the judge worker is gone")
+                self.buffer += chunk
+            elif stop:
+                return None
+
+
+class JudgeWorker:
+    """One worker process; used by one thread at a time (see :meth:`JudgePool.checkout`)."""
+
+    def __init__(self, memory_mb: int | None) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", str(WORKER), str(theirs.fileno()), str(int(memory_mb or 0))],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock, self.frames = ours, _Frames(ours)
+        self.born, self.ready, self.broken = time.monotonic(), False, False
+
+    def wait_ready(self, until: float) -> bool:
+        try:
+            while not self.ready:
+                message = self.frames.next(until)
+                if message is None:
+                    return False
+                self.ready = message == {"ready": True}
+        except (EOFError, OSError, ValueError):
+            self.broken = True
+        return self.ready and not self.broken
+
+    def start(self, spec: dict, channel: socket.socket) -> bool:
+        """Hand the job over (the worker gets its own copy of ``channel``); False if it could not."""
+        data = json.dumps(spec).encode()
+        try:
+            socket.send_fds(self.sock, [b"J"], [channel.fileno()])
+            self.sock.sendall(len(data).to_bytes(4, "big") + data)
+        except OSError:
+            self.broken = True
+            return False
+        return True
+
+    def collect(self, until: float, cancel: threading.Event | None = None) -> JudgeReport:
+        """The job's reports until it is done, ``until`` passes or ``cancel`` is set (then
+        the worker is marked broken, to be killed)."""
+        report = JudgeReport()
+        try:
+            while True:
+                message = self.frames.next(until, cancel)
+                if message is None:
+                    report.status = "cancelled" if cancel is not None and cancel.is_set() else "timeout"
+                    self.broken = True
+                    return report
+                if "unit" in message:
+                    i, outcome = message["unit"]
+                    report.outcomes[int(i)] = str(outcome)
+                elif "done" in message:
+                    report.notes = [str(n) for n in message["done"]]
+                    return report
+        except (EOFError, OSError, ValueError) as exc:
+            report.status, self.broken = "died", True
+            report.notes.append(f"the judge worker died ({exc}; exit code {self.process.poll()})")
+            return report
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        try:
+            self.process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+
+
+class JudgePool:
+    """Up to ``size`` judge workers; :meth:`checkout` lends one to the calling thread."""
+
+    def __init__(self, size: int, memory_mb: int | None = 1024) -> None:
+        if not (isinstance(size, int) and size >= 1):
+            raise ValueError(f"size must be an integer ≥ 1, got {size!r}")
+        self.size, self.memory_mb = size, memory_mb
+        self._idle: list[JudgeWorker] = []
+        self._all: list[JudgeWorker] = []
+        self._lock = threading.Condition()
+        self.killed = 0  # workers killed (overrun, cancelled, died) over the pool's life
+        self._finalizer = weakref.finalize(self, _kill_all, self._all)
+
+    def pids(self) -> list[int]:
+        """The pids of the worker processes alive now."""
+        with self._lock:
+            return [w.process.pid for w in self._all if w.alive()]
+
+    @contextlib.contextmanager
+    def checkout(self) -> Iterator[JudgeWorker]:
+        """A worker for the calling thread (started if needed; not necessarily ready — see
+        :meth:`JudgeWorker.wait_ready`); given back on exit, or killed if it broke (a new one
+        starts at a later checkout)."""
+        with self._lock:
+            while not self._idle and len(self._all) >= self.size:
+                self._lock.wait()
+            if self._idle:
+                worker = self._idle.pop()
+            else:
+                worker = JudgeWorker(self.memory_mb)
+                self._all.append(worker)
+        healthy = False
+        try:
+            yield worker
+            healthy = not worker.broken and worker.alive()
+        finally:
+            with self._lock:
+                if healthy:
+                    self._idle.append(worker)
+                else:  # its replacement starts at the next checkout, not while a batch ends
+                    self._all.remove(worker)
+                    self.killed += 1
+                    worker.kill()
+                self._lock.notify()
+
+    def close(self) -> None:
+        """End every worker (they also end when the pool is collected or the parent exits)."""
+        with self._lock:
+            _kill_all(self._all)
+            self._idle.clear()
+
+
+def _kill_all(workers: list[JudgeWorker]) -> None:
+    for worker in workers:
+        worker.kill()
+    workers.clear()
+
