@@ -91,7 +91,7 @@ class SignedEstimator:
         if not np.isfinite(r).all():
             reason = f"{int((~np.isfinite(r)).sum())} of {n} rewards are NaN/inf"
         elif np.all(r == r[0]):
-            reason = f"all {n} rewards equal {r[0]!r}"
+            reason = f"all {n} rewards equal {float(r[0])!r}"  # a float's repr, not np.float64(...)
         if reason is not None:
             message = f"degenerate rewards at step {population.step}: {reason}; update is zero"
             warnings.warn(message, DegenerateRewardsWarning, stacklevel=2)
@@ -100,7 +100,7 @@ class SignedEstimator:
         w = np.asarray(self.shaping(r), dtype=np.float64)
         if w.shape != (n,) or not np.isfinite(w).all():
             raise ValueError(f"shaping {getattr(self.shaping, '__name__', self.shaping)} returned "
-                             f"{w!r} for rewards {r!r}")
+                             f"{w.tolist()!r} for rewards {r.tolist()!r}")
         norm = n * (population.sigma if self.scaling == "textbook" else 1.0)
         coef = dict.fromkeys(seeds, 0.0)
         for m, wi in zip(population.members, w):

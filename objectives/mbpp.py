@@ -7,7 +7,9 @@ Data: ``datasets.load_dataset(path, config)`` — by default the hub's
 instead of ``text``, ``test_imports`` instead of ``test_setup_code``); it needs the hub or its
 cache.  ``data_files`` reads local files in either format instead: a dict from the dataset's
 split names to JSON Lines (or Parquet) files, e.g. ``{"train": "mbpp/train.jsonl", "test":
-"mbpp/test.jsonl"}``.  Our ``train``/``test`` are the dataset's own ``train``/``test`` splits
+"mbpp/test.jsonl"}``.  ``source`` (:mod:`objectives.sources`): ``auto`` and ``hub`` read the hub
+(its cache when offline); MBPP has no offline source, so ``offline``, or a hub that cannot be
+read, is a one-line :class:`~zoopt.objective.DataUnavailable` saying so.  Our ``train``/``test`` are the dataset's own ``train``/``test`` splits
 (``splits`` maps them otherwise, e.g. ``{"train": "validation"}``); MBPP's splits share no
 problem.
 
@@ -40,6 +42,7 @@ from zoopt.sandbox.judged_tests import UnitTests
 from zoopt.sandbox.program_tests import ProgramTestObjective, extract_code
 
 from . import register
+from .sources import check_source, load_rows
 
 # The prompt of the MBPP paper (and of lm-evaluation-harness' mbpp task), zero-shot.
 TEMPLATE = ("You are an expert Python programmer, and here is your task: {description} "
@@ -57,7 +60,8 @@ class MBPP(ProgramTestObjective):
                  data_files: dict[str, str | list[str]] | None = None,
                  splits: dict[str, str] | None = None, template: str = TEMPLATE,
                  challenge_tests: bool = False, system_prompt: str | None = None,
-                 **options) -> None:
+                 source: str = "auto", **options) -> None:
+        self.source = check_source(source, "mbpp", has_offline=False)
         try:
             template.format(description="", tests="")
         except (KeyError, IndexError, ValueError) as exc:
@@ -92,7 +96,8 @@ class MBPP(ProgramTestObjective):
         from datasets import load_dataset
 
         if self.data_files is None:
-            return load_dataset(self.path, self.config, split=hub_split)
+            return load_rows("mbpp", self.source, lambda: load_dataset(self.path, self.config, split=hub_split).to_list(),
+                             None)[0]
         files = self.data_files.get(hub_split)
         if files is None:
             raise ValueError(f"mbpp data_files has no {hub_split!r} split "

@@ -11,6 +11,7 @@ gives a prefix of a larger one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import Callable, Iterator, TypeVar
 
 from zoopt.objective import check_split
@@ -30,10 +31,11 @@ def split_of(key: str, test_fraction: float) -> str:
 
 
 def sample_split(candidates: Iterator[T], key: Callable[[T], str], split: str, n: int,
-                 test_fraction: float, max_draws: int, what: str) -> list[T]:
+                 test_fraction: float, max_draws: int | None, what: str) -> list[T]:
     """The first ``n`` distinct candidates (by ``key``) that belong to ``split``.
 
-    ``candidates`` is an endless iterator (a seeded generator).
+    ``candidates`` is an endless iterator (a seeded generator).  ``max_draws=None`` draws until
+    ``n`` are found: only for a caller that knows the split holds ``n`` (a counted space).
 
     Raises a one-line ValueError when ``max_draws`` candidates yield fewer than ``n`` (the split
     of the problem space is too small for ``n``).
@@ -43,7 +45,7 @@ def sample_split(candidates: Iterator[T], key: Callable[[T], str], split: str, n
         raise ValueError(f"n must be ≥ 0, got {n}")
     seen: set[str] = set()
     out: list[T] = []
-    for _ in range(max_draws):
+    for _ in (range(max_draws) if max_draws is not None else itertools.count()):
         if len(out) == n:
             break
         item = next(candidates)

@@ -111,8 +111,9 @@ class TrialObjective:
         summary = self.evaluate_fn(trainer) if needs_eval else {}
         if needs_eval:
             trainer.run_dir.write_eval("after", summary)
-            trial.set_user_attr("eval", {k: v for k, v in summary.items()
-                                         if isinstance(v, (int, float, str)) and not _nan(v)})
+            trial.set_user_attr("eval", {k: v for k, v in summary.items()  # scalars, and the 95 % CIs' pairs
+                                         if (isinstance(v, (int, float, str)) and not _nan(v))
+                                         or (k.endswith("_ci") and isinstance(v, (list, tuple)))})
         values = [metric_value(o, summary, record) for o in spec.objectives]
         return values if spec.multi_objective else values[0]
 

@@ -74,14 +74,23 @@ def best_table(study: optuna.Study, top: int = 10):
                         + ", ".join(f"{n} {state}" for state, n in counts.items()))
     trials = ranked_trials(study, top)
     params = sorted({p for t in trials for p in t.params})
+    names = metric_names(study)
+    cis = [n for n in names if any(f"{n}_ci" in t.user_attrs.get("eval", {}) for t in trials)]
     table.add_column("trial", justify="right")
-    for name in metric_names(study):
+    for name in names:
         table.add_column(name, justify="right")
+        if name in cis:
+            table.add_column(f"{name} 95 % CI", justify="right")
     for name in params:
         table.add_column(name, justify="right")
     for t in trials:
-        table.add_row(str(t.number), *(f"{v:.4g}" for v in t.values),
-                      *(_fmt(t.params.get(p)) for p in params))
+        values = []
+        for name, v in zip(names, t.values):
+            values.append(f"{v:.4g}")
+            if name in cis:
+                ci = t.user_attrs.get("eval", {}).get(f"{name}_ci")
+                values.append(f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "–")
+        table.add_row(str(t.number), *values, *(_fmt(t.params.get(p)) for p in params))
     return table
 
 

@@ -1,7 +1,7 @@
 """A sweep spec: what to search, what to optimise, on what budget (see ``docs/sweeps.md``).
 
-:func:`load_spec` reads a YAML file, a packaged spec name (``tiny``, ``default``, ``pareto``
-from ``sweeps/specs/``) or a dict, validates every part and returns a :class:`SweepSpec` whose
+:func:`load_spec` reads a YAML file, a packaged spec name (a file of
+``sweeps/specs/``: ``tiny``, ``default``, ...) or a dict, validates every part and returns a :class:`SweepSpec` whose
 ``base`` is a complete train config: ``zoopt/configs/train.yaml`` keys for ``method: es``,
 ``zoopt/configs/grpo.yaml`` keys for ``method: grpo``.  Any unknown key or bad value raises :class:`SpecError`
 (a ``ValueError``) with a one-line message that names the key.

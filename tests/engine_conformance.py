@@ -21,7 +21,12 @@ The checks:
 - **the population call equals the sequential loop** (perturb → evaluate/generate → restore),
   member for member;
 - **a failure inside a member leaves the weights restored**, and the error propagates;
-- **non-finite coefficients and scales are refused** with the weights untouched.
+- **non-finite coefficients and scales are refused** with the weights untouched;
+- **an update rule** (``update.rule``: clip → adam → weight decay, and Nesterov momentum → decay
+  towards zero) **gives the reference's bits**: three steps equal, bit for bit, the rule applied
+  to whole tensors of the fp32 ``state_dict`` (:func:`rule_reference`), so engines that hold a
+  tensor in pieces (vLLM's fused and tensor-parallel parameters) or in other processes (Ray
+  replicas) end where the HF engine does; an update for the wrong step is refused, untouched.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ import pytest
 import torch
 
 from zoopt.engines import Engine, Sampling, WeightsEngine
-from zoopt.noise import Gaussian, Noise
+from zoopt.engines.rule_state import block_sum_of_squares
+from zoopt.noise import ROW_BLOCK_BYTES, Gaussian, Noise
 from zoopt.types import Member, Population, Update
+from zoopt.updates import StepContext, UpdateRule, adam, applied_rule, chain, clip_by_norm, momentum, weight_decay
 
 NOISE = Gaussian()
 POPULATION = Population(step=0, sigma=0.05, members=(Member(11), Member(11, -1), Member(12), Member(13)))
@@ -138,6 +145,62 @@ def check_non_finite_refused(engine: WeightsEngine, noise: Noise = NOISE) -> Non
     assert engine.checksum() == start and engine.master_checksum() == master, "a refused write changed weights"
 
 
+RULE_UPDATES = (((21, 22, 23), (2e-2, -1e-2, 5e-3)), ((24, 25), (-1e-2, 2e-2)), ((21, 26), (1e-2, 1e-2)))
+
+
+def rule_reference(before: dict, noise: Noise, rule: UpdateRule, updates: list[Update]) -> dict:
+    """The master after ``updates`` (rule steps 0, 1, …) from ``before`` (fp32 whole tensors by
+    name): per selected tensor, ĝ in ``noise.combine_rows``'s row blocks, ``θ += rule.update(ĝ,
+    state, θ, ctx)`` on whole blocks, state from ``rule.init(θ)`` at step 0; ‖ĝ‖ summed over the
+    blocks with :func:`~zoopt.engines.rule_state.block_sum_of_squares` (the norm's fixed order)."""
+    theta = {n: t.detach().to("cpu", torch.float32, copy=True) for n, t in before.items()}
+    names = [n for n in theta if noise.selects(n)]
+    state = {n: rule.init(theta[n]) for n in names}
+
+    def blocks(update, name):
+        return noise.combine_rows(update.seeds, update.coefficients, name, theta[name].shape, "cpu",
+                                  block_bytes=ROW_BLOCK_BYTES)
+
+    for update in updates:
+        norm = None
+        if rule.needs_norm:
+            norm = math.sqrt(sum(block_sum_of_squares(b) for n in names for _, b in blocks(update, n)))
+        ctx = StepContext(update.rule_step, norm)
+        for name in names:
+            for start, block in blocks(update, name):
+                at = (slice(start, start + block.shape[0]),) if block.ndim else ()
+                t = theta[name][at]
+                t.add_(rule.update(block, {k: v[at] for k, v in state[name].items()}, t, ctx))
+    return theta
+
+
+def check_rule_apply_equals_reference(engine: WeightsEngine, noise: Noise = NOISE, lr: float = 1e-3) -> None:
+    for direction in (adam(b1=0.8, b2=0.9), chain(momentum(0.9, nesterov=True), weight_decay(0.1, "zero"))):
+        before = {n: t.detach().to("cpu", torch.float32, copy=True) for n, t in engine.state_dict().items()}
+        first = Update(*RULE_UPDATES[0])
+        norm = math.sqrt(sum(block_sum_of_squares(b) for n in before if noise.selects(n)
+                             for _, b in noise.combine_rows(first.seeds, first.coefficients, n, before[n].shape,
+                                                            "cpu", block_bytes=ROW_BLOCK_BYTES)))
+        rule = applied_rule(chain(clip_by_norm(0.5 * norm), direction, weight_decay(0.5)), lr)  # clips step 0
+        updates = [Update(seeds, coefs, rule=rule, rule_step=t) for t, (seeds, coefs) in enumerate(RULE_UPDATES)]
+        for update in updates:
+            engine.apply(noise, update)
+        expected = rule_reference(before, noise, rule, updates)
+        after = engine.state_dict()
+        assert list(after) == list(expected)
+        for name, want in expected.items():
+            got = after[name].detach().to("cpu")
+            assert torch.equal(got, want), (f"{name}: {rule.label} moved the master "
+                                            f"{(got - want).abs().max().item():.3g} away from the reference")
+        assert any(not torch.equal(after[n].detach().cpu(), before[n]) for n in before), "the rule moved nothing"
+        working, master = engine.checksum(), engine.master_checksum()
+        engine.restore()
+        assert engine.checksum() == working, "a rule's apply left working weights that restore() changes"
+        with pytest.raises(ValueError, match="step 7"):
+            engine.apply(noise, Update(updates[-1].seeds, updates[-1].coefficients, rule=rule, rule_step=7))
+        assert engine.checksum() == working and engine.master_checksum() == master, "a refused update changed weights"
+
+
 def tokens(completions) -> list:
     return [[c.token_ids for c in per_prompt] for per_prompt in completions]
 
@@ -184,7 +247,8 @@ def check_stats_count_population_completions(engine: Engine, noise: Noise = NOIS
 
 
 WEIGHT_CHECKS = (check_restore_is_bit_exact, check_apply_equals_float64_dense_sum, check_checksum_is_stable,
-                 check_evaluate_population_equals_loop, check_evaluate_failure_restores, check_non_finite_refused)
+                 check_evaluate_population_equals_loop, check_evaluate_failure_restores, check_non_finite_refused,
+                 check_rule_apply_equals_reference)
 LLM_CHECKS = (check_generate_population_equals_loop, check_generate_population_failure_restores,
               check_stats_count_population_completions)
 
@@ -218,6 +282,9 @@ class EngineConformance:
 
     def test_non_finite_refused(self, engine):
         check_non_finite_refused(engine)
+
+    def test_rule_apply_equals_reference(self, engine):
+        check_rule_apply_equals_reference(engine)
 
 
 class LLMEngineConformance(EngineConformance):

@@ -298,6 +298,9 @@ class TestBatchedHFEngineConformance(LLMEngineConformance):
     def test_apply_low_rank_equals_dense_sum(self, engine):
         conformance.check_apply_equals_float64_dense_sum(engine, noise=LowRank(rank=2), atol=1e-5)
 
+    def test_rule_apply_low_rank_equals_reference(self, engine):
+        conformance.check_rule_apply_equals_reference(engine, noise=LowRank(rank=2))
+
     def test_update_apply_is_no_nan(self, engine):
         with pytest.raises(ValueError):
             engine.apply(LowRank(), Update((1,), (float("nan"),)))

@@ -85,8 +85,8 @@ def test_eval_of_a_run_dir_reproduces_the_runs_final_evaluation(tmp_path, reward
     run = tmp_path / "run"
     cfg = load_config(overrides=[
         "model=tiny", f"objective={reward_spec}", "steps=1", "population_size=4",
-        "prompts_per_step=4", "sigma=0.02", "lr=0.02", "eval.n_problems=8", "eval.n_samples=2",
-        "eval.ks=[1,2]", f"run_dir={run}"])
+        "prompts_per_step=8", "sigma=0.02", "lr=0.02", "eval.n_problems=8", "eval.n_samples=2",
+        "eval.ks=[1,2]", f"run_dir={run}"])  # 8 prompts: the step's rewards differ (4 gave all 0s)
     train(cfg, show_progress=False)
     after = json.loads((run / "eval_after.json").read_text())
     before = json.loads((run / "eval_before.json").read_text())

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -103,6 +104,31 @@ class AcceptsNaN(ModuleEngine):
                 self.params[name].add_(self.delta(noise, update, name).to(self.params[name].dtype))
 
 
+class RuleStateForgotten(ModuleEngine):
+    """Starts an update rule's state afresh at every step (the state not kept beside the master)."""
+
+    def apply(self, noise, update):
+        if update.rule is not None:
+            update = dataclasses.replace(update, rule_step=0)
+        super().apply(noise, update)
+
+
+class RuleOnTheWorkingWeights(ModuleEngine):
+    """Hands the rule the bf16 working weights (weight decay reads θ) instead of the fp32 master."""
+
+    def apply(self, noise, update):
+        if update.rule is None:
+            return super().apply(noise, update)
+        master = self.weights.master
+        self.weights.master = {n: p.detach().float() for n, p in self.params.items()}
+        try:
+            super().apply(noise, update)
+        finally:
+            for name, m in self.weights.master.items():
+                master[name].copy_(m)
+            self.weights.master = master
+
+
 def test_subtracting_restore_fails_the_bit_exact_check():
     with pytest.raises(AssertionError, match="perturb/restore cycles"):
         conformance.check_restore_is_bit_exact(SubtractingRestore(small_net(torch.bfloat16)))
@@ -128,3 +154,9 @@ def test_noise_that_selects_nothing_is_a_clear_error():
     engine = ModuleEngine(small_net())
     with pytest.raises(ValueError, match="selects no parameter"):
         engine.perturb(Gaussian(include=("nothing*",)), 0, 0.1)
+
+
+@pytest.mark.parametrize("broken", [RuleStateForgotten, RuleOnTheWorkingWeights])
+def test_a_rule_applied_differently_fails_the_rule_check(broken):
+    with pytest.raises(AssertionError, match="away from the reference"):
+        conformance.check_rule_apply_equals_reference(broken(small_net(torch.bfloat16)))

@@ -85,3 +85,16 @@ def test_plain_postgresql_urls_fall_back_to_psycopg2(monkeypatch):
     installed.add(default)  # SQLAlchemy's own default is there: the URL is left alone
     assert study.storage_url("postgresql://u@h/db") == "postgresql://u@h/db"
     assert study.storage_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_trl_reward_functions_are_an_installable_extra():
+    """README and docs/python.md import ``think_format_reward`` from ``trl.rewards``: the extra that
+    installs it exists, the docs name it, and its absence is one line naming it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [req.split(">=")[0] for req in extras["trl"]] == ["trl"]
+    for doc in ("README.md", "docs/python.md"):
+        text = (ROOT / doc).read_text()
+        assert "think_format_reward" in text and 'pip install "zoopt-llm[trl]"' in text, doc
+    error = missing_dependency(ModuleNotFoundError("No module named 'trl'", name="trl"))
+    assert str(error) == ("TRL's reward functions (trl.rewards) needs the Python package 'trl', which is not installed: "
+                          'pip install "zoopt-llm[trl]"')

@@ -73,6 +73,11 @@ def test_an_unregistered_estimator_trains_the_tiny_model_and_export_replays_it(t
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 12
     assert (run / "checksum.txt").read_text().strip() == result.checksum
     assert (run / "training.png").read_bytes()[:4] == b"\x89PNG"
+    # export defaults to true, as in zoopt train: `zoopt eval --model RUN` reads RUN/model
+    digits = f"{Path(__file__).parent / 'digits_objective.py'}:Digits"
+    assert main(["eval", "--model", str(run), "--objective", digits, "--n", "0", "--n-problems", "2",
+                 "--max-new-tokens", "2", "--out", str(tmp_path / "eval"), "--quiet"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["checksum"] == result.checksum
     # zoopt export rebuilds the trained weights from the seed log alone, bit for bit
     engine.export_pretrained(tmp_path / "trained")
     assert main(["export", str(run), "--out", str(tmp_path / "replayed")]) == 0

@@ -133,7 +133,7 @@ def test_after_a_step_es_sees_the_grpo_weights():
                                              ("sampling.n=1", "sampling.n"),
                                              ("loss_type=ppo", "loss_type"),
                                              ("scale_rewards=std", "scale_rewards"),
-                                             ("dtype=bfloat16", "dtype=float32"),
+                                             ("dtype=bfloat16", "config key 'dtype' must be one of float32, fp32"),
                                              ("micro_batch_size=0", "micro_batch_size"),
                                              ("micro_batch_size=2.5", "'micro_batch_size' must be an integer"),
                                              ("lr=fast", "'lr' must be a number")])
@@ -143,6 +143,20 @@ def test_bad_config_is_a_one_line_error(override, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="unknown config key 'los_type'; did you mean 'loss_type'"):
         load_config(overrides=["los_type=grpo"], base="grpo")
+
+
+def test_the_dtype_rule_holds_in_python_too():
+    """docs/configuration.md: GRPO's dtype is float32 (or fp32); an engine built in bf16 and handed to
+    GRPO directly, where no config is checked, is refused by the trainer with the same rule."""
+    from zoopt.hparams import GRPOConfig
+
+    row = next(line for line in (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+               .split("## `grpo`")[1].splitlines() if line.startswith("| `dtype` |"))
+    assert row.startswith("| `dtype` | one of float32, fp32 | `float32` | GRPO trains fp32 weights")
+    assert GRPOConfig(dtype="fp32").dtype == "fp32"
+    engine = build_engine(load_config(overrides=["model=tiny", "dtype=bfloat16", "noise_cache_gb=0"]), Digits())
+    with pytest.raises(ValueError, match="GRPO trains fp32 weights: load the model with dtype=float32"):
+        GRPO(engine, Digits(), Sampling(temperature=1.0, max_new_tokens=2, n=2))
 
 
 def test_train_grpo_writes_a_run_directory(tmp_path):

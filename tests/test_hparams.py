@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # The hand-written zoopt/configs/{train,grpo}.yaml before zoopt.hparams (comments dropped): the
 # defaults must stay these values, with these types and this key order.  Keys added since:
 # `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.rewards.scoring);
-# `report_to`, `log_every`, `checkpoint_every` (experiment trackers and TRL's logging_steps/save_steps).
+# `report_to`, `log_every`, `checkpoint_every` (experiment trackers and TRL's logging_steps/save_steps);
+# `update` (the update rule over ĝ, zoopt.updates: its default sgd is the rule before it existed).
 OLD_TRAIN = """
 model: smollm2-135m
 dtype: bfloat16
@@ -34,6 +35,17 @@ scaling: paper
 population_size: 16
 sigma: 5.0e-3
 lr: 2.5e-3
+update:
+  rule: sgd
+  momentum: 0.9
+  nesterov: false
+  b1: 0.9
+  b2: 0.999
+  eps: 1.0e-8
+  rms_decay: 0.9
+  weight_decay: 0.0
+  decay_towards: base
+  clip_norm: null
 noise:
   kind: gaussian
   include: ["*"]
@@ -204,6 +216,16 @@ BAD = [  # (base, override, the whole message, or a part of it)
                                   "of them, got 'mlflow'"),
     ("train", "report_to=[none, wandb]", "config key 'report_to': none cannot be combined with a tracker"),
     ("grpo", "report_to=[none, wandb]", "config key 'report_to': none cannot be combined with a tracker"),
+    ("train", "update.rule=adamw", "config key 'update.rule' must be one of sgd, momentum, adam, rmsprop, got 'adamw'"),
+    ("train", "update.momentum=1", "config key 'update.momentum' must be a number in [0, 1), got 1"),
+    ("train", "update.b2=-0.1", "config key 'update.b2' must be a number in [0, 1), got -0.1"),
+    ("train", "update.eps=0", "config key 'update.eps' must be a number > 0, got 0"),
+    ("train", "update.weight_decay=-1", "config key 'update.weight_decay' must be a number ≥ 0, got -1"),
+    ("train", "update.decay_towards=one", "config key 'update.decay_towards' must be one of base, zero, got 'one'"),
+    ("train", "update.clip_norm=0", "config key 'update.clip_norm' must be a number > 0 or null, got 0"),
+    ("train", "update.nesterov=1", "config key 'update.nesterov' must be true or false, got 1"),
+    ("train", "update=adam", "config key 'update' is a section; set its keys (update.KEY=...)"),
+    ("train", "update.rul=adam", "unknown config key 'update.rul'; did you mean 'update.rule'?"),
 ]
 
 
@@ -257,6 +279,19 @@ def test_low_rank_noise_takes_its_rank_and_the_default_dict_has_none():
         assert cfg["noise"] == {"kind": "low_rank", "include": ["*"], "exclude": [], "correlated": False, "rank": 4}
         assert noise_from_dict(cfg["noise"]) == LowRank(rank=4)
     assert "rank" not in load_config(overrides=["noise.rank=null"])["noise"]
+
+
+def test_noise_stream_is_unset_by_default_and_chooses_the_stream():
+    from zoopt.hparams.run_configs import NOISE_STREAMS
+    from zoopt.noise import STREAMS, Gaussian, noise_from_dict
+
+    assert NOISE_STREAMS == STREAMS
+    assert "stream" not in default_config("train")["noise"]
+    assert noise_from_dict(load_config()["noise"]) == Gaussian(stream="counter")  # unset: the new default
+    cfg = load_config(overrides=["noise.stream=numpy"])
+    assert cfg["noise"]["stream"] == "numpy" and noise_from_dict(cfg["noise"]) == Gaussian(stream="numpy")
+    with pytest.raises(ConfigError, match="^config key 'noise.stream' must be one of counter, numpy"):
+        load_config(overrides=["noise.stream=philox"])
 
 
 # -- the dataclasses in Python ----------------------------------------------------------------

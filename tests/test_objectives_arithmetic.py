@@ -7,6 +7,8 @@ import pytest
 import objectives
 from objectives.answers import first_number, iter_numbers, last_number, parse_number
 from objectives.arithmetic import Arithmetic
+from objectives.splits import split_of
+from zoopt.objective import SplitSizeWarning
 
 MB = 1_000_000
 
@@ -113,8 +115,40 @@ def test_bad_arguments_are_one_line_errors():
         Arithmetic().dataset("valid")
     with pytest.raises(ValueError, match="operators"):
         Arithmetic(operators=("/",))
-    with pytest.raises(ValueError, match="found only"):
-        Arithmetic(digits=1).dataset("train", 2000)  # only 100 one-digit problems exist
+
+
+def one_digit_split(split):
+    return {(a, "+", b) for a in range(10) for b in range(10) if split_of(f"{a} + {b}", 0.2) == split}
+
+
+@pytest.mark.parametrize("split, n, size, key", [("train", None, 73, "objective_args.n_train"),
+                                                 ("test", None, 27, "objective_args.n_test"),
+                                                 ("train", 2000, 73, "n")])
+def test_a_request_larger_than_a_counted_split_is_clamped_with_a_note(split, n, size, key):
+    """docs/configuration.md's objective_args: {digits: 1}: 73 train / 27 test one-digit additions."""
+    objective = Arithmetic(digits=1)
+    with pytest.warns(SplitSizeWarning) as notes:
+        problems = objective.problems(split, n)
+    asked = n or {"train": 2000, "test": 500}[split]
+    assert [str(w.message) for w in notes] == [
+        f"objective 'arithmetic' (digits=1, operators +) has {size} {split!r} problems, {asked} asked ({key}): "
+        f"using all {size}"]
+    assert len(problems) == size == len(set(problems)) and set(problems) == one_digit_split(split)
+    assert objective.problems(split, 20) == problems[:20]  # clamping changed no prefix
+    assert len(objective.dataset(split, n)) == size
+
+
+def test_a_request_within_a_counted_split_draws_as_before_and_notes_nothing():
+    """The first problems are the ones drawn before clamping existed (pinned), with no note."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Arithmetic().problems("train", 4) == [(86, "+", 67), (16, "+", 11), (25, "+", 83), (68, "+", 92)]
+        assert Arithmetic().problems("test", 3) == [(56, "+", 34), (37, "+", 13), (33, "+", 65)]
+        one = Arithmetic(digits=1).problems("train", 73)
+    assert one[:5] == [(8, "+", 6), (5, "+", 2), (3, "+", 0), (0, "+", 0), (1, "+", 8)]
+    assert set(one) == one_digit_split("train")
 
 
 def test_small_problem_space_is_fully_covered_without_repeats():

@@ -23,7 +23,7 @@ from engine_conformance import LLMEngineConformance  # noqa: E402
 from zoopt.config import ConfigError, load_config  # noqa: E402
 from zoopt.engines.base import Sampling  # noqa: E402
 from zoopt.engines.hf import HFEngine  # noqa: E402
-from zoopt.noise import Gaussian  # noqa: E402
+from zoopt.noise import Gaussian, LowRank, Rademacher  # noqa: E402
 from zoopt.registry import ENGINES  # noqa: E402
 from zoopt.types import Member, Population  # noqa: E402
 from zoopt.workflows.builders import build_engine  # noqa: E402
@@ -77,6 +77,29 @@ def test_population_members_spread_over_both_replicas_and_counters_move():
     assert after["requeued"] == before["requeued"] and after["lost"] == 0
     assert [r["state"] for r in engine.replicas] == ["ready", "ready"]
     assert {r["ip"] for r in engine.replicas} == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize("noise", [Gaussian(), Rademacher(), LowRank(rank=1)], ids=lambda n: n.kind)
+def test_a_replica_draws_the_noise_bits_this_process_draws(noise, one_thread):
+    """Each replica regenerates ε(seed, name) in its own process: its perturbed weights are this
+    process's, bit for bit (rank 1: the low-rank product has no sum to round differently).  The
+    local engine starts from the replicas' master (earlier tests applied updates to them)."""
+    import torch
+
+    engine, local = shared_engine(), HFEngine.from_pretrained("tiny", batch_size=8)
+    with torch.no_grad():
+        for name, tensor in engine.state_dict().items():
+            local.weights.params[name].copy_(tensor)
+    local.sync_master()
+    assert local.master_checksum() == engine.master_checksum()
+    base = local.checksum()
+    engine.perturb(noise, 5, 0.01)
+    local.perturb(noise, 5, 0.01)
+    try:
+        assert local.checksum() != base and engine.checksum() == local.checksum()
+    finally:
+        engine.restore()
+    assert engine.checksum() == base
 
 
 def test_state_dict_and_export_come_from_a_replica(tmp_path):

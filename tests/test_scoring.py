@@ -12,6 +12,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import objectives
@@ -97,6 +98,8 @@ def test_the_guard_names_the_first_failure():
     assert score(lambda prompts, completions, **k: ["x"] * len(completions), ["p"], ["a"]).error == "returned 'x', not a finite number"
     assert "returned 2 rewards for 1 completions" in score(lambda prompts, completions, **k: [1, 2], ["p"], ["a"]).error
     assert score(raises_on_b, ["p"], ["a"]).error is None
+    nan = score(lambda prompts, completions, **k: [np.float64("nan")] * len(completions), ["p"], ["a"]).error
+    assert nan == "returned nan, not a finite number"  # the number, not np.float64(nan)
 
 
 def test_a_partial_failure_is_shown_once_and_the_step_goes_on():

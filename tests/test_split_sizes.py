@@ -3,6 +3,7 @@ asking for more problems than a split has uses the whole split, with a note nami
 
 import json
 import warnings
+from pathlib import Path
 
 import datasets
 import pytest
@@ -31,8 +32,12 @@ def test_each_builtin_states_its_split_sizes(name, kwargs, sizes):
         assert len(set(train["prompt"])) == len(train) and not set(train["prompt"]) & set(test["prompt"])
         total = 100 if name in ("gsm8k", "arithmetic") else None
         assert len(train) + len(test) == total  # every problem of the space is in one split
-        with pytest.raises(ValueError):  # one more than the split has does not exist
-            objective.dataset("test", sizes["test"] + 1)
+        if name == "arithmetic":  # one more than the split has: arithmetic clamps with a note (its docstring)
+            with pytest.warns(SplitSizeWarning, match=f"has {sizes['test']} 'test' problems, {sizes['test'] + 1} asked"):
+                assert len(objective.dataset("test", sizes["test"] + 1)) == sizes["test"]
+        else:
+            with pytest.raises(ValueError):  # one more than the split has does not exist
+                objective.dataset("test", sizes["test"] + 1)
 
 
 def test_load_split_clamps_with_a_note_naming_the_key():
@@ -77,3 +82,19 @@ def test_zoopt_train_gsm8k_runs_with_the_default_eval_size(tmp_path, capsys, one
     assert err.count(note) == 1  # once, though the run evaluates before and after
     assert json.loads((run / "eval_after.json").read_text())["n_problems"] == 57
     assert json.loads((run / "metrics.jsonl").read_text())["reward_failed"] == 0
+
+
+def test_the_documented_one_digit_example_runs_as_written(tmp_path, capsys, one_thread):
+    """docs/configuration.md's ``objective_args`` example, ``arithmetic: {digits: 1}``: 73 train and
+    27 test problems exist, the defaults ask 2,000 and 200; both are clamped with one note each."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    assert "(e.g. arithmetic: {digits: 1})" in doc
+    run = tmp_path / "one-digit"
+    assert main(["train", "--model", "tiny", "--set", "objective_args={digits: 1}", "--set", "steps=1",
+                 "--set", "population_size=2", "--set", "prompts_per_step=2", "--set", "sampling.max_new_tokens=2",
+                 "--set", "eval.max_new_tokens=2", "--set", f"run_dir={run}", "--set", "export=false",
+                 "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("has 73 'train' problems, 2000 asked (objective_args.n_train): using all 73") == 1
+    assert err.count("objective 'arithmetic' has 27 'test' problems, 200 asked (eval.n_problems): using all 27") == 1
+    assert json.loads((run / "eval_after.json").read_text())["n_problems"] == 27

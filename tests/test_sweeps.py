@@ -307,3 +307,35 @@ def test_grpo_completions_budget_is_per_group():
     assert spec.method == "grpo" and spec.base["loss_type"] == "dapo"  # grpo.yaml defaults
     assert spec.trial_config({"sampling.n": 4}, None)["steps"] == 12  # 2 prompts × G=4 = 8 a step
     assert spec.trial_config({"sampling.n": 64}, None)["steps"] == 1  # at least 1
+
+
+def test_the_update_rules_spec_is_a_grid_of_rules_and_learning_rates_at_the_demos_rollouts():
+    spec = sweeps.load_spec("update-rules")
+    assert spec.sampler[0] == "grid" and spec.n_trials == 6 and spec.space["update.rule"].choices == ("sgd", "momentum",
+                                                                                                       "adam")
+    assert spec.steps_for(spec.base) == load_config()["steps"] == 15  # the demo's 15 steps of 16 × 32
+    assert spec.base["model"] == load_config()["model"] and spec.base["eval"]["n_problems"] == 200
+
+
+def test_the_update_rules_spec_runs_every_rule_on_the_tiny_model(tmp_path, capsys):
+    from rich.console import Console
+
+    from sweeps.report import best_table
+
+    raw = yaml.safe_load(packaged_spec("update-rules").read_text())
+    raw["base"] = {**yaml.safe_load(packaged_spec("tiny").read_text())["base"], **SMALL}
+    raw["budget"] = {"steps": 2}
+    study = sweeps.run(raw, study_name="rules", run_root=tmp_path, report=False)
+    assert states(study) == ["COMPLETE"] * 6
+    seen = set()
+    for t in study.trials:
+        rule = t.params["update.rule"]
+        header = SeedLog.load(t.user_attrs["run_dir"]).header
+        assert header["config"]["update"]["rule"] == rule and t.user_attrs["config"]["lr"] == t.params["lr"]
+        assert (header["update"]["kind"] == rule) and len(SeedLog.load(t.user_attrs["run_dir"]).updates) == 2
+        lo, hi = t.user_attrs["eval"]["greedy_accuracy_ci"]
+        assert lo <= t.values[0] <= hi
+        seen.add((rule, t.params["lr"]))
+    assert seen == {(r, lr) for r in ("sgd", "momentum", "adam") for lr in (6.25e-4, 2.5e-3)}
+    Console(width=200).print(best_table(study))
+    assert "greedy_accuracy 95 % CI" in capsys.readouterr().out

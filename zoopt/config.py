@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib.util
 import re
 from importlib import resources
 from pathlib import Path
@@ -70,6 +71,27 @@ def absolute_paths(config: dict) -> dict:
     return config
 
 
+def parse_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``; malformed YAML is a one-line :class:`ConfigError` naming ``where``
+    (``config file PATH``, ``--set KEY``) and the position (line and column, 1-based) of the fault."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{where}: malformed YAML{at}: {problem}") from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"key=value"`` → ``(key, YAML value)``; one-line errors name the item or the key."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got {item!r}")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    return key, parse_yaml(raw, f"--set {key}={raw}")
+
+
 def config_items(path: str | Path | None, overrides: Iterable[str]) -> list[tuple[str, Any]]:
     """``(key, value)`` pairs from a YAML mapping file, then from ``key=value`` strings (in order)."""
     items: list[tuple[str, Any]] = []
@@ -77,15 +99,11 @@ def config_items(path: str | Path | None, overrides: Iterable[str]) -> list[tupl
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        user = yaml.safe_load(path.read_text()) or {}
+        user = parse_yaml(path.read_text(), f"config file {path}") or {}
         if not isinstance(user, dict):
             raise ConfigError(f"config file {path} must hold a mapping, got {type(user).__name__}")
         items += [(str(k), v) for k, v in user.items()]
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        items.append((key.strip(), yaml.safe_load(raw)))
+    items += [parse_override(item) for item in overrides]
     return items
 
 
@@ -130,6 +148,14 @@ def set_dotted(config: dict, key: str, value: Any, optional: Collection[str] = O
             node[part] = copy.deepcopy(value)
 
 
+def packaged_names(package: str, folder: str) -> list[str]:
+    """The names of the YAML files shipped in ``<package>/<folder>/`` (``zoopt sweep``'s and
+    ``zoopt study``'s specs), sorted; found without importing ``package``."""
+    spec = importlib.util.find_spec(package)
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    return sorted({p.stem for root in roots for p in (Path(root) / folder).glob("*.yaml")})
+
+
 def packaged_yaml(package: str, folder: str, name: str) -> Path | None:
     """The YAML file ``<package>/<folder>/<name>.yaml`` shipped in a package, or None (also for a
     ``name`` that is not a bare ``[A-Za-z0-9_-]+`` word)."""
@@ -151,7 +177,10 @@ def read_yaml_spec(source: str | Path, package: str, folder: str, kind: str, err
         if packaged is None:
             raise error(f"{kind} not found: {source}{not_found_hint}")
         path = packaged
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = parse_yaml(path.read_text(), f"{kind} {path}")
+    except ConfigError as exc:
+        raise error(str(exc)) from None
     if not isinstance(raw, dict):
         raise error(f"{kind} {path} must hold a mapping, got {type(raw).__name__}")
     return path, raw

@@ -3,10 +3,12 @@
     pop = es.ask()                    # members (seed, sign) at scale σ, same for every caller
     for i, m in enumerate(pop.members):
         engine.perturb(es.noise, m.seed, pop.scale(i)); rewards[i] = score(); engine.restore()
-    update = es.tell(rewards)         # α·ĝ as (seeds, coefficients)
-    engine.apply(es.noise, update)
+    update = es.tell(rewards)         # ĝ as (seeds, coefficients), with the step's rule
+    engine.apply(es.noise, update)    # θ ← θ + rule(ĝ); sgd (default): θ ← θ + α·ĝ
 
 The shell holds no weights: a run is reproduced from ``state_dict()`` plus the log of updates.
+The update rule (``rule``: :mod:`zoopt.updates`) keeps its state in the engine, beside the
+weights, as a function of the updates applied since the run's first step.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from .noise import Gaussian, Noise, noise_from_dict
+from .noise import Gaussian, Noise, noise_from_record
 from .registry import ESTIMATORS, build
 from .types import Population, Update
+from .updates import UpdateRule, rule_from_dict, sgd, step_update
 
 
 class ES:
@@ -29,10 +32,13 @@ class ES:
         sigma: σ, the perturbation scale (paper: 1.5e-3).
         population_size: N members per step (paper: 32).
         seed: base seed; step t's member seeds depend only on (seed, t).
+        rule: the update rule over ĝ (:mod:`zoopt.updates`: ``momentum()``, ``adam()``, a
+            ``chain``); default ``sgd()``, θ ← θ + α·ĝ.
     """
 
     def __init__(self, estimator: Any = "one_point", noise: Noise | None = None, lr: float = 2.5e-4,
-                 sigma: float = 1.5e-3, population_size: int = 32, seed: int = 0) -> None:
+                 sigma: float = 1.5e-3, population_size: int = 32, seed: int = 0,
+                 rule: UpdateRule | None = None) -> None:
         if isinstance(estimator, str):
             estimator = build(ESTIMATORS, estimator)
         for name, value in (("lr", lr), ("sigma", sigma)):
@@ -42,7 +48,13 @@ class ES:
             raise ValueError(f"population_size must be an integer ≥ 2, got {population_size!r}")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if rule is not None and not isinstance(rule, UpdateRule):
+            raise TypeError(f"rule must be a zoopt.updates.UpdateRule (sgd(), momentum(), adam(), …), got {rule!r}")
+        if rule is not None and rule_from_dict(rule.to_dict()) != rule:
+            raise ValueError(f"rule {rule!r} does not round-trip through its dict: a seed log could not replay it "
+                             f"(register its class in zoopt.registry.UPDATE_RULES under kind {rule.kind!r})")
         self.estimator = estimator
+        self.rule = rule if rule is not None else sgd()
         self.noise = noise if noise is not None else Gaussian()
         self.lr = float(lr)
         self.sigma = float(sigma)
@@ -60,16 +72,17 @@ class ES:
         return self._population
 
     def tell(self, rewards: Sequence[float]) -> Update:
-        """Turn the current population's rewards into the update α·ĝ and advance the step."""
+        """Turn the current population's rewards into this step's update and advance the step:
+        α·ĝ for ``sgd``, else ĝ with ``chain(rule, scale(α))`` (:func:`zoopt.updates.step_update`)."""
         population = self.ask()
-        update = self.estimator.update(population, rewards).scaled(self.lr)
+        update = step_update(self.rule, self.estimator.update(population, rewards), self.lr, self.step)
         update.info["step"] = self.step
         self.step += 1
         return update
 
     def state_dict(self) -> dict:
         return {"step": self.step, "seed": self.seed, "lr": self.lr, "sigma": self.sigma,
-                "population_size": self.population_size, "noise": self.noise.to_dict()}
+                "population_size": self.population_size, "noise": self.noise.to_dict(), "update": self.rule.to_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
@@ -77,5 +90,6 @@ class ES:
         self.lr = float(state["lr"])
         self.sigma = float(state["sigma"])
         self.population_size = int(state["population_size"])
-        self.noise = noise_from_dict(state["noise"])
+        self.noise = noise_from_record(state["noise"])  # a state that names no stream: the numpy one
+        self.rule = rule_from_dict(state.get("update", {"kind": "sgd"}))  # a state without one: sgd
         self._population = None

@@ -25,6 +25,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "report_to: tensorboard"),
     "wandb": ("wandb", "report_to: wandb"),
     "trackio": ("trackio", "report_to: trackio"),
+    "trl": ("trl", "TRL's reward functions (trl.rewards)"),
 }
 
 #: extra-specific advice appended to the install line

@@ -1,14 +1,23 @@
 """Seeded noise samplers: ``ε(seed, name)`` regenerated wherever the weights live.
 
-Every tensor gets its own stream keyed by ``(seed, parameter name)`` through blake2b and
-``numpy.random.SeedSequence`` (never Python's ``hash()``), so the noise of a tensor does not
-depend on which other tensors exist or on their order.  ``correlated=True`` drops the name from
-the key: every tensor restarts the same stream, as the ES-at-scale reference code does.
+Every tensor gets its own stream keyed by ``(seed, parameter name)`` through blake2b (never
+Python's ``hash()``), so the noise of a tensor does not depend on which other tensors exist or
+on their order.  ``correlated=True`` drops the name from the key: every tensor restarts the
+same stream, as the ES-at-scale reference code does.
 
-Generation is in fp32; callers cast once.  On the CPU the stream is numpy's SFC64, filled in
-blocks of ``BLOCK`` elements (each block its own keyed stream), which lets several threads fill
-one tensor while the result stays independent of the thread count.  On other devices the
-stream is torch's generator on that device, so CPU and CUDA noise for the same seed differ.
+Generation is in fp32; callers cast once.  Which generator makes the bits is the noise's
+``stream`` (recorded in its dict, so in every seed log):
+
+- ``"counter"`` (the default): :mod:`zoopt.counter_stream` — element i of a tensor is a pure
+  function of (seed, name, i), computed with integer tensor operations on the tensor's own
+  device, **the same bits on the CPU, on CUDA and on any other torch device** (and the same for
+  any chunking or thread count).  Gaussian values come from a table inverse CDF with only
+  correctly rounded float steps.
+- ``"numpy"`` (the stream before it; every seed log that records no stream was written by it):
+  on the CPU numpy's SFC64, filled in blocks of ``BLOCK`` elements (each block its own keyed
+  ``SeedSequence`` stream, so several threads fill one tensor independently of the thread
+  count); on other devices torch's generator on that device — so CPU and CUDA noise for the
+  same seed differ.  Kept so that old seed logs replay bit for bit.
 
 Samplers (all with mean 0 and unit variance per element):
 - ``Gaussian``:   εⱼ ~ N(0, 1).
@@ -23,13 +32,18 @@ import fnmatch
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-BLOCK = 1 << 18  # elements per independently keyed block of a CPU stream
+from . import counter_stream
+
+STREAMS = ("counter", "numpy")
+DEFAULT_STREAM = "counter"   # what new noise uses
+LEGACY_STREAM = "numpy"      # what wrote every noise record that names no stream
+BLOCK = 1 << 18  # elements per independently keyed block of the numpy stream on the CPU
 ROW_BLOCK_BYTES = 1 << 24  # the most fp32 update combine_rows yields at once, where the noise allows it
 
 _POOL: ThreadPoolExecutor | None = None
@@ -78,12 +92,14 @@ class Noise:
     """Base class: a frozen, picklable description of a noise distribution.
 
     ``include``/``exclude`` are ``fnmatch`` patterns over parameter names: a parameter moves
-    when it matches some include pattern and no exclude pattern.
+    when it matches some include pattern and no exclude pattern.  ``stream`` names the
+    generator of the bits (module docstring; keyword only).
     """
 
     include: tuple[str, ...] = ("*",)
     exclude: tuple[str, ...] = ()
     correlated: bool = False
+    stream: str = field(default=DEFAULT_STREAM, kw_only=True)
 
     kind: ClassVar[str] = "noise"
     # combine() adds up the dense ε that sample() returns, so the noise perturb draws is worth
@@ -97,6 +113,8 @@ class Noise:
                 object.__setattr__(self, field_name, (value,))
             elif not isinstance(value, tuple):
                 object.__setattr__(self, field_name, tuple(value))
+        if self.stream not in STREAMS:
+            raise ValueError(f"noise stream must be one of {', '.join(STREAMS)}, got {self.stream!r}")
 
     # -- which parameters move -------------------------------------------------------------
     def selects(self, name: str) -> bool:
@@ -109,15 +127,31 @@ class Noise:
 
     # -- the stream ------------------------------------------------------------------------
     def key(self, seed: int, name: str) -> list[int]:
-        """The SeedSequence entropy for ``(seed, name)``; the name is dropped when correlated."""
+        """``[seed, name key]`` (name key 0 when correlated): the numpy stream's SeedSequence
+        entropy and the counter stream's key material."""
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"noise seed must be a non-negative integer, got {seed!r}")
         return [int(seed), 0 if self.correlated else name_key(name)]
+
+    def counter_key(self, seed: int, name: str) -> tuple[int, int]:
+        """The counter stream of ``(seed, name)``: :func:`zoopt.counter_stream.stream_key`."""
+        return counter_stream.stream_key(*self.key(seed, name))
 
     def sample(self, seed: int, name: str, shape: Sequence[int] | torch.Size,
                device: torch.device | str = "cpu") -> torch.Tensor:
         """``ε(seed, name)`` as an fp32 tensor of ``shape`` on ``device``."""
         raise NotImplementedError
+
+    def samples(self, seeds: Sequence[int], name: str, shape: Sequence[int] | torch.Size,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+        """``ε(seedᵢ, name)`` for every seed, stacked: ``(len(seeds), *shape)`` fp32 on ``device``,
+        row i equal to :meth:`sample` of ``seeds[i]`` bit for bit.  Default: one :meth:`sample` per
+        seed; the counter stream's Gaussian and Rademacher draw every row in one call (meant for
+        small tensors: vectors of many members)."""
+        shape = tuple(shape)
+        if not seeds:
+            return torch.empty((0, *shape), dtype=torch.float32, device=device)
+        return torch.stack([self.sample(int(s), name, shape, device) for s in seeds])
 
     def combine(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
                 shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu",
@@ -164,12 +198,20 @@ class Gaussian(Noise):
     def sample(self, seed, name, shape, device="cpu"):
         device = torch.device(device)
         numel = int(np.prod(tuple(shape), dtype=np.int64))
+        if self.stream == "counter":
+            return counter_stream.normal([self.counter_key(seed, name)], numel, device).view(tuple(shape))
         if device.type == "cpu":
             out = np.empty(numel, dtype=np.float32)
             _cpu_fill(out, self.key(seed, name), _gaussian_draw)
             return torch.from_numpy(out).view(tuple(shape))
         g = self._torch_generator(seed, name, device)
         return torch.randn(tuple(shape), generator=g, device=device, dtype=torch.float32)
+
+    def samples(self, seeds, name, shape, device="cpu"):
+        if self.stream != "counter" or not seeds:
+            return super().samples(seeds, name, shape, device)
+        keys = [self.counter_key(int(s), name) for s in seeds]
+        return counter_stream.normal(keys, int(np.prod(tuple(shape), dtype=np.int64)), device).view(len(keys), *tuple(shape))
 
 
 @dataclass(frozen=True)
@@ -181,6 +223,8 @@ class Rademacher(Noise):
     def sample(self, seed, name, shape, device="cpu"):
         device = torch.device(device)
         numel = int(np.prod(tuple(shape), dtype=np.int64))
+        if self.stream == "counter":
+            return counter_stream.signs([self.counter_key(seed, name)], numel, device).view(tuple(shape))
         if device.type == "cpu":
             out = np.empty(numel, dtype=np.float32)
             _cpu_fill(out, self.key(seed, name), _rademacher_draw)
@@ -188,6 +232,12 @@ class Rademacher(Noise):
         g = self._torch_generator(seed, name, device)
         bits = torch.randint(0, 2, tuple(shape), generator=g, device=device, dtype=torch.int8)
         return bits.to(torch.float32).mul_(2).sub_(1)
+
+    def samples(self, seeds, name, shape, device="cpu"):
+        if self.stream != "counter" or not seeds:
+            return super().samples(seeds, name, shape, device)
+        keys = [self.counter_key(int(s), name) for s in seeds]
+        return counter_stream.signs(keys, int(np.prod(tuple(shape), dtype=np.int64)), device).reshape(len(keys), *tuple(shape))
 
 
 @dataclass(frozen=True)
@@ -197,12 +247,14 @@ class LowRank(Noise):
     Tensors with more than two dimensions are treated as matrices of shape
     ``(shape[0], prod(shape[1:]))``.  Cost per matrix is (m + n)·r draws instead of m·n.
 
-    The factors (:meth:`factors`) and the Gaussian noise of vectors are drawn from the **CPU**
-    stream on every device (they are small), so a low-rank seed log gives the same weights on
-    CPU and GPU up to matmul rounding — unlike full-size ``Gaussian``/``Rademacher`` noise,
-    whose CUDA stream differs from the CPU one.  An update is applied as one matrix product per
-    tensor (:meth:`combine`): ``Σᵢ cᵢ·Aᵢ·Bᵢᵀ/√r = (A·diag(c))·Bᵀ/√r`` with the members' factors
-    side by side, instead of N dense ``ε``.
+    The factors (:meth:`factors`, :meth:`factor_table`) are the first (m + n)·r Gaussian
+    elements of the ``(seed, name)`` stream: A row-major, then B.  With the counter stream they
+    are drawn on the device where they are used, the same bits everywhere; with the numpy
+    stream they are drawn on the **CPU** on every device (they are small) and moved.  Either
+    way a low-rank seed log gives the same weights on CPU and GPU up to matmul rounding.  An
+    update is applied as one matrix product per tensor (:meth:`combine`):
+    ``Σᵢ cᵢ·Aᵢ·Bᵢᵀ/√r = (A·diag(c))·Bᵀ/√r`` with the members' factors side by side, instead of
+    N dense ``ε``.
     """
 
     rank: int = 1
@@ -214,20 +266,63 @@ class LowRank(Noise):
         if not isinstance(self.rank, int) or self.rank < 1:
             raise ValueError(f"LowRank.rank must be a positive integer, got {self.rank!r}")
 
-    def factors(self, seed: int, name: str, shape: Sequence[int] | torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(A, B)``, fp32 on the CPU, with ``A ∈ ℝ^{m×r}``, ``B ∈ ℝ^{n×r}`` (``n = prod(shape[1:])``):
-        the matrix noise is ``A·Bᵀ/√r``.  Only for tensors of two or more dimensions."""
+    def _matrix(self, name: str, shape) -> tuple[int, int]:
         shape = tuple(shape)
         if len(shape) < 2:
             raise ValueError(f"LowRank.factors: {name!r} has shape {shape}, not a matrix")
-        m, n = shape[0], int(np.prod(shape[1:]))
-        flat = Gaussian(correlated=self.correlated).sample(seed, name, ((m + n) * self.rank,), "cpu")
-        return flat[: m * self.rank].view(m, self.rank), flat[m * self.rank :].view(n, self.rank)
+        return shape[0], int(np.prod(shape[1:]))
+
+    def factors(self, seed: int, name: str, shape: Sequence[int] | torch.Size,
+                device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(A, B)``, fp32 on ``device``, with ``A ∈ ℝ^{m×r}``, ``B ∈ ℝ^{n×r}`` (``n = prod(shape[1:])``):
+        the matrix noise is ``A·Bᵀ/√r``.  Only for tensors of two or more dimensions."""
+        a, b = self.factor_table([seed], name, shape, device)
+        return a[0], b[0]
+
+    def factor_table(self, seeds: Sequence[int], name: str, shape: Sequence[int] | torch.Size,
+                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Every seed's factors of matrix ``name``, stacked: ``A`` of shape ``(S, m, r)`` and ``B``
+        of shape ``(S, n, r)`` (fp32 on ``device``), row s = :meth:`factors` of ``seeds[s]``.
+        Counter stream: one batched draw on ``device`` (a repeated seed is drawn once)."""
+        m, n = self._matrix(name, shape)
+        r = self.rank
+        distinct = list(dict.fromkeys(int(s) for s in seeds))
+        if self.stream == "counter":
+            flat = counter_stream.normal([self.counter_key(s, name) for s in distinct], (m + n) * r, device)
+        else:
+            flat = torch.stack([Gaussian(correlated=self.correlated, stream=self.stream).sample(s, name, ((m + n) * r,), "cpu")
+                                for s in distinct]).to(device) if distinct else torch.empty((0, (m + n) * r), device=device)
+        if len(distinct) != len(seeds):
+            flat = flat[torch.tensor([distinct.index(int(s)) for s in seeds], dtype=torch.long, device=flat.device)]
+        return flat[:, : m * r].reshape(len(seeds), m, r), flat[:, m * r:].reshape(len(seeds), n, r)
+
+    def _vector(self, seed, name, shape, device) -> torch.Tensor:
+        gauss = Gaussian(correlated=self.correlated, stream=self.stream)
+        if self.stream == "counter":
+            return gauss.sample(seed, name, shape, device)
+        return gauss.sample(seed, name, shape, "cpu").to(device)
+
+    def _vector_sum(self, seeds, coefficients, name, shape, device) -> torch.Tensor:
+        """The default dense ``Σᵢ cᵢ·εᵢ`` of a vector, in order, its ``εᵢ`` drawn in one call."""
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        acc = torch.zeros(shape, dtype=torch.float32, device=device)
+        eps = self.samples([s for s, _ in kept], name, shape, device)
+        for e, (_, c) in zip(eps, kept):
+            acc.add_(e, alpha=c)
+        return acc
+
+    def samples(self, seeds, name, shape, device="cpu"):
+        if len(tuple(shape)) < 2 and self.stream == "counter":
+            return Gaussian(correlated=self.correlated, stream=self.stream).samples(seeds, name, shape, device)
+        return super().samples(seeds, name, shape, device)
 
     def sample(self, seed, name, shape, device="cpu"):
         shape = tuple(shape)
         if len(shape) < 2:
-            return Gaussian(correlated=self.correlated).sample(seed, name, shape, "cpu").to(device)
+            return self._vector(seed, name, shape, device)
+        if self.stream == "counter":
+            a, b = self.factors(seed, name, shape, device)
+            return (a @ b.T).div_(self.rank ** 0.5).view(shape)
         a, b = self.factors(seed, name, shape)
         return (a @ b.T).div_(self.rank ** 0.5).view(shape).to(device)
 
@@ -239,29 +334,42 @@ class LowRank(Noise):
         return whole
 
     def combine_rows(self, seeds, coefficients, name, shape, device="cpu", sample=None, block_bytes=ROW_BLOCK_BYTES):
-        """Matrices: ``(A·diag(c))[rows]·Bᵀ/√r`` per block of rows (``block_bytes=None``: one
-        block), with the members' factors drawn once and side by side; vectors: one block, the
-        default dense sum."""
+        """Matrices: ``a[rows]·bᵀ`` per block of rows (``block_bytes=None``: one block) with
+        ``(a, b)`` = :meth:`update_factors` (drawn once, side by side, where the product runs);
+        vectors: one block, the default dense sum."""
         shape = tuple(shape)
-        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
         if len(shape) < 2:
-            yield 0, super().combine(seeds, coefficients, name, shape, device)
+            yield 0, self._vector_sum(seeds, coefficients, name, shape, device)
             return
-        if not kept:
+        if not any(c != 0.0 for c in coefficients):
             yield 0, torch.zeros(shape, dtype=torch.float32, device=device)
             return
-        pairs = [self.factors(s, name, shape) for s, _ in kept]
-        coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
-        a = torch.cat([a for a, _ in pairs], dim=1).mul_(coef).to(device)  # the factors are small: the
-        b = torch.cat([b for _, b in pairs], dim=1).to(device)             # product runs where it is used
+        a, b = self.update_factors(seeds, coefficients, name, shape, device)
         step = max(1, shape[0] if block_bytes is None else int(block_bytes) // (4 * b.shape[0]))
         for start in range(0, max(shape[0], 1), step):  # a 0-row matrix: one empty block
             block = a[start : start + step] @ b.T
             yield start, block.view(block.shape[0], *shape[1:])
 
+    def update_factors(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,
+                       shape: Sequence[int] | torch.Size, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, b)`` with ``Σᵢ cᵢ·εᵢ = a·bᵀ`` for matrix ``name``: the members with ``cᵢ ≠ 0`` side
+        by side, ``a = [A₁·c₁/√r | A₂·c₂/√r | …]`` (m × S·r, the fp32 product ``Aᵢ·(cᵢ/√r)``) and
+        ``b = [B₁ | B₂ | …]`` (n × S·r), on ``device`` — the factors an update multiplies out
+        (:meth:`factor_table`'s, drawn on ``device`` for the counter stream, on the CPU and moved
+        for the numpy stream)."""
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        coef = torch.tensor([c / self.rank ** 0.5 for _, c in kept], dtype=torch.float32).repeat_interleave(self.rank)
+        table_device = device if self.stream == "counter" else "cpu"
+        fa, fb = self.factor_table([s for s, _ in kept], name, shape, table_device)
+        m, n = fa.shape[1], fb.shape[1]
+        a = fa.transpose(0, 1).reshape(m, -1).mul(coef.to(fa.device)).to(device)
+        b = fb.transpose(0, 1).reshape(n, -1).to(device)
+        return a, b
+
 
 def noise_from_dict(config: dict) -> Noise:
-    """Rebuild a noise from :meth:`Noise.to_dict` output (or a user config with ``kind``)."""
+    """Rebuild a noise from :meth:`Noise.to_dict` output (or a user config with ``kind``); a
+    config that names no ``stream`` gets the default for new noise (:data:`DEFAULT_STREAM`)."""
     from .registry import NOISE, RegistryError
 
     config = dict(config)
@@ -274,3 +382,9 @@ def noise_from_dict(config: dict) -> Noise:
         return cls(**config)
     except TypeError as exc:
         raise RegistryError(f"noise {kind!r}: {exc}") from None
+
+
+def noise_from_record(config: dict) -> Noise:
+    """:func:`noise_from_dict` for a *written* record (a seed log's header, an ES state): one
+    that names no ``stream`` was written before streams were recorded, by :data:`LEGACY_STREAM`."""
+    return noise_from_dict({"stream": LEGACY_STREAM, **dict(config)})

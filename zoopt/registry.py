@@ -4,7 +4,8 @@ Modelled on lm-evaluation-harness's ``api/registry.py``: registering a name twic
 a miss suggests the closest names, and targets given as ``"package.module:attr"`` strings are
 imported only when first asked for, so the core never imports a plugin package it does not use.
 Third-party packages add names through the entry-point group given to the registry
-(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``); user modules
+(``zoopt.estimators``, ``zoopt.noise``, ``zoopt.objectives``, ``zoopt.engines``,
+``zoopt.update_rules``); user modules
 listed in ``ZOOPT_PLUGINS`` (or given with ``--plugin``) are imported before a lookup, so the
 names they register are found (:mod:`zoopt.plugins`).
 """
@@ -144,11 +145,41 @@ NOISE.register("low_rank", "zoopt.noise:LowRank")
 
 OBJECTIVES = Registry("objective", "zoopt.objectives")
 
+UPDATE_RULES = Registry("update rule", "zoopt.update_rules")  # by kind: how a seed log's header rebuilds a rule
+for _name, _cls in (("sgd", "SGD"), ("momentum", "Momentum"), ("adam", "Adam"), ("rmsprop", "RMSProp"),
+                    ("weight_decay", "WeightDecay"), ("clip_by_norm", "ClipByNorm"), ("scale", "Scale")):
+    UPDATE_RULES.register(_name, f"zoopt.updates.rules:{_cls}")
+
 ENGINES = Registry("engine", "zoopt.engines")
 ENGINES.register("module", "zoopt.engines.module:ModuleEngine")
 ENGINES.register("hf", "zoopt.engines.hf:HFEngine")
 ENGINES.register("vllm", "zoopt.engines.vllm:VLLMEngine")
 ENGINES.register("ray", "zoopt.engines.ray:RayEngine")
+
+#: Registered engines a command cannot run, and why (``"*"``: no command).  The commands'
+#: ``--engine`` help and their config checks read this table, so an engine a plugin registers is
+#: offered by every command unless it is listed here.
+ENGINE_REFUSALS: dict[str, dict[str, str]] = {
+    "module": {"*": "the 'module' engine wraps a torch module built in Python (zoopt.optimize, "
+                    "ModuleEngine(module)) and loads no model by name"},
+    "ray": {"grpo": "GRPO runs on hf or vllm; ray replicas serve ES only (GRPO's gradient step needs the "
+                    "weights in this process)"},
+}
+
+
+def engine_refusal(name: str, command: str) -> str | None:
+    """Why ``command`` (``train``, ``grpo``, ``compare``, ``eval``, ...) cannot run engine ``name``, or None."""
+    refused = ENGINE_REFUSALS.get(str(name), {})
+    return refused.get("*") or refused.get(command)
+
+
+def engines_for(command: str) -> list[str]:
+    """The registered engine names ``command`` runs, sorted: built-ins and entry points, less
+    :data:`ENGINE_REFUSALS` (plugin modules are not imported for this: it serves ``--help``)."""
+    names = set(ENGINES._targets)
+    if ENGINES.entry_point_group:
+        names |= {ep.name for ep in entry_points(group=ENGINES.entry_point_group)}
+    return sorted(n for n in names if engine_refusal(n, command) is None)
 
 
 def build(registry: Registry, name: str, **kwargs: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,18 @@ class Update:
 
     ``seeds`` are unique; an antithetic pair contributes one seed whose coefficient already
     combines both signs.  ``info`` carries diagnostics (shaping stats, warnings) for logs.
+
+    With an update ``rule`` (a :class:`zoopt.updates.UpdateRule`, α included as its last link),
+    the coefficients are ĝ's, ĝ = Σᵢ cᵢ·ε(seedᵢ), and the step is ``θ ← θ + rule(ĝ)``, made per
+    tensor by the engine with the rule's state at step ``rule_step`` (0-based; step 0 starts the
+    state afresh).  ``rule=None`` (sgd, every update before rules existed) is the plain sum.
     """
 
     seeds: tuple[int, ...]
     coefficients: tuple[float, ...]
     info: dict = field(default_factory=dict, compare=False)
+    rule: Any = None
+    rule_step: int = 0
 
     def __post_init__(self) -> None:
         if len(self.seeds) != len(self.coefficients):
@@ -59,12 +67,14 @@ class Update:
 
     def scaled(self, factor: float) -> "Update":
         """The same direction with every coefficient multiplied by ``factor``."""
-        return Update(self.seeds, tuple(float(c) * factor for c in self.coefficients), self.info)
+        return Update(self.seeds, tuple(float(c) * factor for c in self.coefficients), self.info, self.rule,
+                      self.rule_step)
 
     def is_zero(self) -> bool:
         return all(c == 0.0 for c in self.coefficients)
 
     def to_dict(self) -> dict:
+        """Seeds and coefficients, a seed-log record (the rule lives in the log's header)."""
         return {"seeds": [int(s) for s in self.seeds], "coefficients": [float(c) for c in self.coefficients]}
 
     @classmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..metrics import TAU
+from ..models import resolve_dtype
 from ..reporting.plots import plot_run
 from ..runs.references import is_run_dir, model_label, run_config
 from ..workflows.analyze import analyze, tables
@@ -30,13 +31,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bins", type=int, default=60, help="histogram bins (default 60)")
     p.add_argument("--eval-objective", metavar="O", help="evaluate base, trained and each threshold on O")
     p.add_argument("--n", type=int, default=None, help="samples per problem for pass@1 (default 0: greedy only)")
-    add_eval_flags(p)
+    add_eval_flags(p, dtype_help="the dtype the run worked in: BASE is loaded in it, as the run's engine loaded it, "
+                                 "before Δ is taken (default: TRAINED's run config dtype, else float32); "
+                                 "also the evaluation's dtype")
     p.add_argument("--population-coverage", action="store_true",
                    help="C8: Pass@K from K different members θ+σεᵢ vs K samples of θ (σ, noise: the run's config or --set)")
     p.add_argument("--members", type=int, default=32, help="population members (and samples of θ) for --population-coverage")
     p.add_argument("--coverage-ks", default="1,4,16,32", metavar="K1,K2", help="the K of --population-coverage")
     p.add_argument("--out", help="output directory (default runs/analyze-<trained>-<time>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def resolve_dtype_name(dtype: str) -> str:
+    """``--dtype``'s value as a canonical name (``bf16`` → ``bfloat16``); a one-line error naming it."""
+    try:
+        return str(resolve_dtype(dtype)).removeprefix("torch.")
+    except ValueError as exc:
+        raise ValueError(f"--dtype: {exc}") from None
 
 
 def parse_taus(text: str | None) -> tuple[float, ...]:
@@ -80,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--n must be ≥ 0, got {n}")
             eval_cfg = eval_config(trained, args.eval_objective, args, n, (1,))
         else:
-            given = [f for f in (*EVAL_FLAGS, "n", "set") if getattr(args, f) is not None]
+            given = [f for f in (*EVAL_FLAGS, "n", "set") if f != "dtype" and getattr(args, f) is not None]
             if given:
                 raise ValueError(f"--{given[0].replace('_', '-')} only applies with --eval-objective")
         out = Path(args.out) if args.out else Path("runs") / f"analyze-{model_label(trained)}-{stamp()}"
         report = analyze(base, trained, out, tau=tau, thresholds=taus, eval_cfg=eval_cfg,
-                         bins=args.bins, progress=None if args.quiet else True)
+                         bins=args.bins, progress=None if args.quiet else True,
+                         dtype=None if args.dtype is None else resolve_dtype_name(args.dtype))
         for table in tables(report):
             console.print(table)
         console.print(f"wrote {out / 'analysis.json'} and {report['plots']['magnitude_histogram']}")

@@ -18,12 +18,13 @@ import math
 import time
 from pathlib import Path
 
-import yaml
-
-from ..config import absolute_paths, default_config, merge, set_dotted
+from ..config import ConfigError, absolute_paths, default_config, merge, parse_override, set_dotted
+from ..hparams import validate
+from ..registry import engine_refusal, engines_for
 from ..runs.references import resolve_model, run_config
 
 MODEL_HELP = "smollm2-135m (embedded default), tiny, an HF id or a local directory"
+EVALUATION_KEYS = ("dtype", "device", "engine", "seed", "batch_size", "reward_timeout_s", "reward_errors", "eval")
 EVAL_FLAGS = ("n_problems", "temperature", "max_new_tokens", "dtype", "seed", "batch_size",
               "device", "engine")
 
@@ -45,18 +46,28 @@ def add_plugin_flag(p: argparse.ArgumentParser) -> None:
                         "engines, ... before names resolve (repeatable; also ZOOPT_PLUGINS)")
 
 
-def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: str,
+def engine_help(command: str, note: str = "", default: str | None = "hf") -> str:
+    """``--engine``'s help: the registered engines ``command`` runs (:func:`zoopt.registry.engines_for`)."""
+    listed = ", ".join(f"{n} (default)" if n == default else n for n in engines_for(command))
+    return f"one of {listed}{note}"
+
+
+def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine_note: str = "",
                   set_help: str = "override a config key (repeatable)") -> None:
     """The flags every training command takes: --model, --objective, --engine, --config, --set,
-    --quiet (read back by :func:`flag_overrides`), --plugin; ``config`` names the defaults file."""
+    --quiet (read back by :func:`flag_overrides`), --plugin; ``config`` names the defaults file
+    and the command (``train``, ``grpo``, ``compare``), whose engines ``--engine`` lists;
+    ``--ray-address`` only where that command runs the ray engine."""
     add_plugin_flag(p)
     p.add_argument("--model", help=model)
     p.add_argument("--objective", help="a registered objective name or path/to/file.py:attr")
-    p.add_argument("--engine", help=engine)
+    p.add_argument("--engine", help=engine_help(config, note=engine_note))
     p.add_argument("--config", help=f"YAML config (defaults: zoopt/configs/{config}.yaml)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
-    p.add_argument("--ray-address", dest="set", action="append", metavar="ADDRESS", type="engine_args.address={}".format,
-                   help="with --engine ray: attach to this Ray cluster (auto, HOST:PORT); default: start a local one")
+    if "ray" in engines_for(config):
+        p.add_argument("--ray-address", dest="set", action="append", metavar="ADDRESS",
+                       type="engine_args.address={}".format,
+                       help="with --engine ray: attach to this Ray cluster (auto, HOST:PORT); default: start a local one")
     p.add_argument("--report-to", dest="set", action="append", metavar="TRACKER[,TRACKER]",
                    type="report_to=[{}]".format,
                    help="send step records, evaluations and plots to tensorboard, wandb or trackio (report_to)")
@@ -64,17 +75,17 @@ def add_run_flags(p: argparse.ArgumentParser, config: str, model: str, engine: s
 
 
 # -- evaluation commands ----------------------------------------------------------------------
-def add_eval_flags(p: argparse.ArgumentParser) -> None:
+def add_eval_flags(p: argparse.ArgumentParser, dtype_help: str = "working dtype (default: the config's dtype)") -> None:
     """The evaluation settings flags of ``eval`` and ``analyze`` (read by :func:`eval_config`), and --plugin."""
     add_plugin_flag(p)
     p.add_argument("--n-problems", type=int, help="test problems (default eval.n_problems)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default eval.temperature)")
     p.add_argument("--max-new-tokens", type=int, help="default eval.max_new_tokens")
-    p.add_argument("--dtype", help="working dtype (default: the config's dtype)")
+    p.add_argument("--dtype", help=dtype_help)
     p.add_argument("--seed", type=int, help="default: the config's seed")
     p.add_argument("--batch-size", type=int, help="default: the config's batch_size")
     p.add_argument("--device", help="default: the config's device")
-    p.add_argument("--engine", help="hf or vllm (default: the config's engine)")
+    p.add_argument("--engine", help=engine_help("eval", note=" (default: the config's engine)", default=None))
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key, e.g. objective_args.digits=1 (repeatable)")
 
@@ -95,10 +106,7 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
     if model:
         cfg["model"] = resolve_model(model)
     for item in args.set or []:
-        if "=" not in item:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key, raw = item.split("=", 1)
-        set_dotted(cfg, key.strip(), yaml.safe_load(raw))
+        set_dotted(cfg, *parse_override(item))
     for flag in EVAL_FLAGS:
         value = getattr(args, flag)
         if value is None:
@@ -113,6 +121,12 @@ def eval_config(model: str | None, objective: str | None, args: argparse.Namespa
             cfg[flag] = value
     cfg["eval"]["n_samples"] = int(n_samples)
     cfg["eval"]["ks"] = [int(k) for k in ks]
+    refused = engine_refusal(cfg["engine"], "eval")
+    if refused:
+        raise ConfigError(f"--engine {cfg['engine']}: {refused}")
+    # the values evaluation reads, against train.yaml's rules (a bad one is one line naming its key);
+    # a run's training-only keys (an estimator zoopt.fit was given as an object) are not its business
+    validate({**default_config(), **{k: cfg[k] for k in EVALUATION_KEYS}}, "train")
     return absolute_paths(cfg)
 
 

@@ -14,7 +14,7 @@ HELP = "base vs ES vs GRPO vs ES→GRPO vs GRPO→ES at an equal completion budg
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_flags(p, "compare", "the base model of every method",
-                  "hf (default) or vllm: the rollout engine of every method",
+                  ": the engine of every method (ray: methods of ES phases only)",
                   set_help="override a key (repeatable): budget=…, es.sigma=…, grpo.lr=…, methods.NAME=[…]")
     p.add_argument("--methods", metavar="A,B", help="run only these configured methods, in this order")
 

@@ -12,7 +12,7 @@ HELP = "GRPO-train a model on a verifier objective (TRL's loss, AdamW)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_flags(p, "grpo", MODEL_HELP, "hf (default) or vllm: the rollout engine")
+    add_run_flags(p, "grpo", MODEL_HELP, "; vllm rolls out while a separate fp32 policy trains")
 
 
 def run(args: argparse.Namespace) -> int:

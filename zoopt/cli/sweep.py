@@ -1,7 +1,7 @@
 """``zoopt sweep SPEC``: an Optuna sweep of ES or GRPO hyper-parameters (the ``sweeps`` plugin package).
 
-``SPEC`` is a spec YAML or a packaged spec name (``tiny``, ``default``, ``pareto``); see
-``docs/sweeps.md``.  Re-running with the same study name and storage adds trials.  The
+``SPEC`` is a spec YAML or a packaged spec name (the files of ``sweeps/specs/``, listed in the
+help); see ``docs/sweeps.md``.  Re-running with the same study name and storage adds trials.  The
 ``sweeps`` package is reached only through lazy registry targets, as the design asks of the
 core.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..config import packaged_names
 from ..registry import resolve_target
 from .common import add_plugin_flag
 
@@ -20,7 +21,7 @@ HELP = "search ES or GRPO hyper-parameters with Optuna (resumable, parallel)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", help="a sweep spec YAML, or tiny | default | pareto")
+    p.add_argument("spec", help=f"a sweep spec YAML, or a packaged spec: {' | '.join(packaged_names('sweeps', 'specs'))}")
     p.add_argument("--study", metavar="NAME", help="study name (default: the spec's name)")
     p.add_argument("--storage", metavar="URL", help="Optuna RDB URL (default: sqlite under the study directory)")
     p.add_argument("--n-trials", type=int, metavar="N", help="trials to add in this call (default: the spec's)")

@@ -13,7 +13,7 @@ HELP = "ES-train a model on a verifier objective"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_flags(p, "train", MODEL_HELP, "hf (default) or vllm")
+    add_run_flags(p, "train", MODEL_HELP)
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its seed log")
 
 

@@ -2,8 +2,11 @@
 
 For :class:`~zoopt.noise.LowRank` noise of rank r, member i (sign sᵢ, seed seedᵢ) perturbs a
 matrix W ∈ ℝ^{m×n} by ``sᵢ·σ·Aᵢ·Bᵢᵀ/√r`` with the factors of ``LowRank.factors(seedᵢ, name)``
-— exactly the ones ``LowRank.sample`` multiplies out, so seed logs replay through the ordinary
-dense ``apply``.  Rows of a batch belong to members (``rows(member_of_row)``), and each module
+— exactly the ones ``LowRank.sample`` multiplies out and the step's update
+(``LowRank.update_factors``) draws again, so seed logs replay through the ordinary ``apply``.
+With the counter stream the factor tables are drawn on the module's device, in one call per
+matrix for the whole population (no per-member host-to-device copy); the update redraws them
+there the same way, bit for bit.  Rows of a batch belong to members (``rows(member_of_row)``), and each module
 applies its member's perturbation in activation space, without ever forming a dense ε:
 
 - **linear** ``y = x·Wᵀ + b``:       ``y += (x·Bᵢ)·(cᵢ·Aᵢ)ᵀ``,  cᵢ = sᵢ·σ/√r   (two small bmm; for
@@ -126,15 +129,17 @@ class BatchedLowRank:
         self.a: dict[str, torch.Tensor] = {}
         self.b: dict[str, torch.Tensor] = {}
         for name in self.layout.matrices:  # member_factors: the one definition (vLLM's adapters use it too)
-            a, b = member_factors(self.noise, pop, name, weights.shapes[name], acc)
-            self.a[name], self.b[name] = a.to(self.device, self.dtype), b.to(self.device, self.dtype)
+            a, b = member_factors(self.noise, pop, name, weights.shapes[name], acc, device=self.device)
+            self.a[name], self.b[name] = a.to(self.dtype), b.to(self.dtype)
         self.vec: dict[str, torch.Tensor] = {}   # member's perturbed vector, cast like the dense path
         self.bias: dict[str, torch.Tensor] = {}  # member's perturbed bias minus the working bias
-        for name in self.layout.vector_names:
+        scales = [pop.scale(i) for i in range(len(pop))]
+        for name in self.layout.vector_names:  # every member's ε of a vector in one draw
             base = weights.params[name].detach()
             m = base.to(acc) if acc == torch.float64 else weights.master[name]
-            rows = torch.stack([(weights.noise(self.noise, mem.seed, name).to(m.device, acc) * pop.scale(i)).add_(m)
-                                for i, mem in enumerate(pop.members)]).to(self.dtype)
+            eps = self.noise.samples([mem.seed for mem in pop.members], name, weights.shapes[name], m.device)
+            scale = torch.tensor(scales, dtype=acc, device=m.device).view(-1, *[1] * m.ndim)
+            rows = (eps.to(acc) * scale).add_(m).to(self.dtype)  # row i: cast(M + sᵢσ·εᵢ), as the dense path
             self.vec[name] = rows
             self.bias[name] = rows - base[None]
 
@@ -208,19 +213,20 @@ class BatchedLowRank:
 
 
 def member_factors(noise: LowRank, population: Population, name: str, shape,
-                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                   dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Every member's factors of matrix ``name``, with its coefficient folded into A:
     ``a[i] = cᵢ·Aᵢ`` (``(N, m, r)``), ``b[i] = Bᵢ`` (``(N, n, r)``), cᵢ = sᵢσ/√r, so member i's
     perturbation is ``a[i]·b[i]ᵀ = sᵢσ·Aᵢ·Bᵢᵀ/√r`` with ``(Aᵢ, Bᵢ) = noise.factors(seedᵢ, name, shape)``.
 
     The arithmetic of :class:`BatchedLowRank`'s tables, in ``dtype`` (fp32; float64 for a float64
-    model): cᵢ = sᵢσ/√r, then Aᵢ·cᵢ.  For engines that hand the factors elsewhere (vLLM's LoRA
-    adapters); an antithetic pair draws its factors once."""
+    model) on ``device``: cᵢ = sᵢσ/√r, then Aᵢ·cᵢ.  The factors come from one
+    :meth:`~zoopt.noise.LowRank.factor_table` draw (counter stream: on ``device``; an
+    antithetic pair draws its factors once) — the same bits the update's
+    :meth:`~zoopt.noise.LowRank.update_factors` draws.  For engines that hand the factors
+    elsewhere too (vLLM's LoRA adapters, on the CPU)."""
     coef = torch.tensor([population.scale(i) for i in range(len(population))], dtype=dtype) / noise.rank ** 0.5
-    drawn = {seed: noise.factors(seed, name, shape) for seed in dict.fromkeys(m.seed for m in population.members)}
-    a = torch.stack([drawn[m.seed][0] for m in population.members]).to(dtype) * coef[:, None, None]
-    b = torch.stack([drawn[m.seed][1] for m in population.members]).to(dtype)
-    return a, b
+    fa, fb = noise.factor_table([m.seed for m in population.members], name, shape, device)
+    return fa.to(dtype) * coef.to(fa.device)[:, None, None], fb.to(dtype)
 
 
 def _rows_equal_loop(mod: torch.nn.Module, shape: torch.Size) -> bool:

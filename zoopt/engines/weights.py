@@ -20,7 +20,9 @@ With master ``M`` (fp32, one per working tensor) and working weights ``W``:
   fp32 over the whole logical tensor, then ``W ← cast(M)``.  Non-finite coefficients are
   refused before anything is written.  The sum is added in the row blocks that
   ``noise.combine_rows`` yields (low-rank noise: ≤ ``ROW_BLOCK_BYTES`` each, so a big embedding's
-  update never exists whole; dense noise: one block).
+  update never exists whole; dense noise: one block).  An update that carries a rule
+  (``update.rule``: momentum, adam, …) adds ``rule(ĝ)`` instead, with the rule's state kept
+  here (:mod:`zoopt.engines.rule_state`).
 
 All writes are in place (``copy_``/``add_``): CUDA graphs, vLLM kernels and optimizers keep
 the addresses they hold.  ``noise_cache_bytes`` lets ``perturb`` keep the fp32 noise it drew
@@ -39,6 +41,7 @@ import torch
 
 from ..noise import ROW_BLOCK_BYTES, Noise
 from ..types import Update
+from .rule_state import RuleState, apply_rule
 
 Box = tuple[tuple[int, int], ...]
 
@@ -133,6 +136,7 @@ class MasterWeights:
         self.noise_cache_bytes = int(noise_cache_bytes)
         self._cache: dict[tuple[Noise, int, str], torch.Tensor] = {}
         self._cache_used = 0
+        self.rule_state: RuleState | None = None  # an update rule's state beside the master (rule_state.py)
 
     @classmethod
     def of_module(cls, module: torch.nn.Module, master_device=None, noise_cache_bytes: int = 0) -> "MasterWeights":
@@ -169,6 +173,8 @@ class MasterWeights:
         for c in update.coefficients:
             check_finite("update coefficient", c)
         self.restore()
+        if update.rule is not None:  # θ ← θ + rule(ĝ) with the rule's state: rule_state.py
+            return apply_rule(self, noise, update)
         if update.is_zero():
             return
         touched: list[str] = []

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .run_configs import EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, SamplingConfig, TrainConfig
+from .run_configs import (
+    EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, SamplingConfig, TrainConfig, UpdateConfig,
+)
 from .schema import Config, ConfigError, Rule, from_dict, markdown_table, optional_keys, to_dict, to_yaml, unknown_key
 from .trl_names import ES_KEYS, TRL_NAMES, ESConfig
 
@@ -76,6 +78,7 @@ def write_generated(root: str | Path = Path(__file__).resolve().parents[2]) -> l
 
 
 __all__ = ["TrainConfig", "GRPOConfig", "ESConfig", "TRL_NAMES", "ES_KEYS", "NoiseConfig", "SamplingConfig", "GRPOSamplingConfig", "EvalConfig",
+           "UpdateConfig",
            "Config", "ConfigError", "Rule", "CONFIGS", "validate", "from_dict", "to_dict", "to_yaml",
            "optional_keys", "unknown_key", "markdown_table", "configuration_markdown", "GENERATED",
            "write_generated"]

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS
+from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS, engine_refusal
 from .schema import Config, ConfigError, boolean, hp, integer, list_of, mapping, number, section, string
 
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.models.resolve_dtype's names
+FP32_NAMES = ("float32", "fp32")  # GRPO's dtype: the policy it trains holds fp32 weights
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")  # = zoopt.grpo.loss.LOSS_TYPES (tested)
 SCALE_REWARDS = ("group", "batch", "none")        # = zoopt.grpo.advantages.SCALE_REWARDS (tested)
 TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.reporting.trackers.TRACKERS (tested)
+NOISE_STREAMS = ("counter", "numpy")                     # = zoopt.noise.STREAMS (tested)
+UPDATE_RULES = ("sgd", "momentum", "adam", "rmsprop")    # = zoopt.updates.config.RULE_NAMES (tested)
+DECAY_TOWARDS = ("base", "zero")                         # = zoopt.updates.rules.DECAY_TOWARDS (tested)
 
 
 # -- keys both runs have (one definition, used by both classes) -----------------------------
@@ -89,6 +93,13 @@ def check_report_to(value: tuple) -> None:
         raise ConfigError(f"config key 'report_to': none cannot be combined with a tracker, got {list(value)!r}")
 
 
+def check_engine(engine: str, command: str) -> None:
+    """An engine ``command`` cannot run (:data:`zoopt.registry.ENGINE_REFUSALS`) is a one-line error."""
+    reason = engine_refusal(engine, command)
+    if reason:
+        raise ConfigError(f"config key 'engine': {reason}")
+
+
 # -- sections -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NoiseConfig(Config):
@@ -103,10 +114,34 @@ class NoiseConfig(Config):
                           boolean())
     rank: int | None = hp(None, "low_rank only: r in ε = A·Bᵀ/√r (unset: 1)", integer(ge=1, null=True),
                           omit_if_none=True)
+    stream: str | None = hp(None, "generator of the noise bits: counter (the same on every device) or numpy (the stream "
+                            "of runs before it); unset: counter for a new run, the seed log's own on --resume",
+                            string(choices=NOISE_STREAMS, null=True), omit_if_none=True)
 
     def check(self) -> None:
         if self.rank is not None and self.kind != "low_rank":
             raise ConfigError(f"config key 'noise.rank' is only for noise.kind low_rank, got kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class UpdateConfig(Config):
+    """The update rule over ĝ: θ ← θ + α·rule(ĝ) (docs/concepts.md, docs/update-rules.md)."""
+
+    prefix = "update."
+    rule: str = hp("sgd", "sgd (θ ← θ + α·ĝ) | momentum (heavy-ball) | adam | rmsprop; the state a rule keeps "
+                   "beside the master is rebuilt from the seed log", string(choices=UPDATE_RULES))
+    momentum: float = hp(0.9, "momentum only: μ in v ← μ·v + ĝ", number(ge=0, lt=1))
+    nesterov: bool = hp(False, "momentum only: the step is ĝ + μ·v instead of v", boolean())
+    b1: float = hp(0.9, "adam only: decay of the first moment", number(ge=0, lt=1))
+    b2: float = hp(0.999, "adam only: decay of the second moment", number(ge=0, lt=1))
+    eps: float = hp(1.0e-8, "adam and rmsprop: ε in the denominator √(…) + ε", number(gt=0))
+    rms_decay: float = hp(0.9, "rmsprop only: ρ in s ← ρ·s + (1−ρ)·ĝ²", number(ge=0, lt=1))
+    weight_decay: float = hp(0.0, "λ of decoupled weight decay, after the rule: α·(rule(ĝ) − λ·(θ − θ₀)); 0: off",
+                             number(ge=0))
+    decay_towards: str = hp("base", "weight decay pulls towards θ₀ = the run's first weights (base) or 0 (zero)",
+                            string(choices=DECAY_TOWARDS))
+    clip_norm: float | None = hp(None, "clip ĝ to this global L2 norm before the rule (a first pass over every "
+                                 "moved tensor); null: no clipping", number(gt=0, null=True))
 
 
 @dataclass(frozen=True)
@@ -172,7 +207,9 @@ class TrainConfig(Config):
                       string(choices=("paper", "textbook")))
     population_size: int = hp(16, "N: members per step (even for two_point)", integer(ge=2))
     sigma: float = hp(5.0e-3, "σ: the perturbation scale, θ + σε (paper: 1.5e-3)", number(gt=0))
-    lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4)", number(gt=0))
+    lr: float = hp(2.5e-3, "α: the update is θ ← θ + α·ĝ (paper: 2.5e-4); with an update rule, θ ← θ + α·rule(ĝ)",
+                   number(gt=0))
+    update: UpdateConfig = section(UpdateConfig, "the update rule over ĝ (sgd, momentum, adam, rmsprop; decay, clipping)")
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
     population: str = hp("auto", "how a step's members run: auto (one batched call for low_rank noise where the "
                          "engine has one — hf; vllm with engine_args.max_loras — else member by member) | batched | "
@@ -194,6 +231,7 @@ class TrainConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
+        check_engine(self.engine, "train")
         check_report_to(self.report_to)
 
 
@@ -211,7 +249,8 @@ class GRPOConfig(Config):
                     "reward_errors")
 
     model: str = _model()
-    dtype: str = hp("float32", "GRPO trains fp32 weights (autocast_bf16 for bf16 compute)", string(choices=DTYPES))
+    dtype: str = hp("float32", "GRPO trains fp32 weights, on every engine (autocast_bf16 for bf16 compute)",
+                    string(choices=FP32_NAMES))
     device: str = _device()
     engine: str = hp("hf", "hf | vllm (rollouts on vLLM, a separate fp32 policy trains; docs/vllm.md)",
                      string(registry=ENGINES))
@@ -251,9 +290,7 @@ class GRPOConfig(Config):
     checkpoint_every: int = _checkpoint_every()
 
     def check(self) -> None:
-        if self.engine == "ray":
-            raise ConfigError("config key 'engine': GRPO runs on hf or vllm; ray replicas serve ES only "
-                              "(GRPO's gradient step needs the weights in this process)")
+        check_engine(self.engine, "grpo")
         check_report_to(self.report_to)
 
     def trainer_kwargs(self) -> dict:

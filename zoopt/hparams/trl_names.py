@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
-from .run_configs import NoiseConfig, TrainConfig
+from .run_configs import NoiseConfig, TrainConfig, UpdateConfig
 from .schema import Config, boolean, from_dict, hp, list_of, number, section, to_dict
 
 #: ESConfig field (TRL's ``GRPOConfig`` name) → the ``zoopt train`` key of the same concept
@@ -32,7 +32,7 @@ TRL_NAMES = {
     "report_to": "report_to",
 }
 #: ES's own keys (no TRL counterpart), under their ``zoopt train`` names
-ES_KEYS = ("sigma", "population_size", "estimator", "shaping", "scaling", "noise", "population", "engine",
+ES_KEYS = ("sigma", "population_size", "estimator", "shaping", "scaling", "update", "noise", "population", "engine",
            "engine_args", "device", "noise_cache_gb", "reward_timeout_s", "reward_errors")
 #: TRL names ESConfig has that are not ``zoopt train`` keys (``bf16`` picks ``dtype``)
 TRL_ONLY = ("bf16", "reward_weights", "disable_tqdm")
@@ -81,6 +81,8 @@ class ESConfig(Config):
     estimator: str = same_as("estimator")
     shaping: str = same_as("shaping")
     scaling: str = same_as("scaling")
+    update: UpdateConfig = section(UpdateConfig, "`update`: the update rule over ĝ (sgd, momentum, adam, rmsprop; "
+                                   "decay, clipping)")
     noise: NoiseConfig = section(NoiseConfig, "`noise`: which noise, and which parameters move")
     population: str = same_as("population")
     engine: str = same_as("engine")

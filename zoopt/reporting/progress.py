@@ -23,10 +23,11 @@ class TrainProgress:
             self.console.print(f"[dim]zoopt[/dim] {text}")
 
     @contextlib.contextmanager
-    def train_progress(self, label: str, steps: int, done: int, units_per_step: int):
-        """A bar over ``steps`` steps (``done`` already done) of ``units_per_step`` units each."""
+    def train_progress(self, label: str, steps: int, done: int, units_per_step: int, enabled: bool = True):
+        """A bar over ``steps`` steps (``done`` already done) of ``units_per_step`` units each
+        (none drawn with ``enabled=False``: a finished run has no step to show)."""
         bar = _StepBar(self, steps, done, units_per_step)
-        if not self.enabled:
+        if not (self.enabled and enabled):
             yield bar
             return
         with Progress(TextColumn(f"[bold]{label}[/bold] step {{task.fields[step]}}/{{task.fields[steps]}}"),

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from ..objective import Objective
 from .timeouts import ERROR, OK, TIMEOUT, call_with_timeout
 
@@ -159,7 +161,9 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """``repr(value)`` cut to 60 characters; a numpy scalar as the Python number it holds
+    (``nan``, not ``np.float64(nan)``)."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -85,6 +85,40 @@ def load_params(spec: str | Path, dtype: str = "float32", device: str = "cpu") -
     return LoadedModel(str(spec), path, model, tokenizer, params)
 
 
+def run_dtype(spec: str | Path) -> str:
+    """The dtype the run behind ``spec`` worked in: the ``dtype`` of its ``config.yaml`` (a run
+    directory, or the ``model/`` inside one; for a ``zoopt compare``/``zoopt study`` method, which
+    keeps one config per phase, its first phase's ``phase0-*/config.yaml``: every phase shares
+    the method's engine), else ``"float32"`` (an HF directory or a name of unknown provenance is
+    taken as it is)."""
+    path = Path(str(spec)).expanduser()
+    if not path.exists():
+        return "float32"
+    cfg = run_config(path)
+    if cfg is None:
+        method = path.parent if path.name == "model" else path
+        phases = sorted(method.glob("phase0-*/config.yaml"))
+        cfg = RunDir(phases[0].parent).read_config() if phases else None
+    return str((cfg or {}).get("dtype") or "float32")
+
+
+def load_base(spec: str | Path, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+    """The base weights a run in ``dtype`` started from, as fp32 tensors in ``params``.
+
+    A run's engine loads its base in the run's dtype (:func:`zoopt.models.load_model`: the HF
+    loader's cast, or ``tensor.to(dtype)`` for ``tiny``) and keeps an fp32 master made of those
+    weights (:class:`zoopt.engines.weights.MasterWeights`), which is what its ``model/`` holds
+    (the master, exported).  So the run's zero point is ``θ₀' = fp32(cast_dtype(θ₀))``, not the
+    fp32 base ``θ₀``: this loads the base the same way and widens each parameter to fp32, so
+    ``TRAINED − θ₀'`` is the update alone (a run whose every coefficient was 0.0 gives Δ = 0
+    exactly, in every dtype), never the base's rounding to bf16/fp16.  For ``float32`` it is
+    :func:`load_params`.
+    """
+    loaded = load_params(spec, dtype=dtype, device=device)
+    loaded.params = {n: p.float() for n, p in loaded.params.items()}
+    return loaded
+
+
 @torch.no_grad()
 def save_with_params(loaded: LoadedModel, params: dict[str, torch.Tensor],
                      directory: str | Path) -> Path:

@@ -1,10 +1,15 @@
 """The seed log: a whole ES run as a base model plus its (seed, coefficient) updates.
 
-``seedlog.json`` holds the base model id, the dtype, the noise config, the ES state and every
-step's update.  It is rewritten atomically after each step (temp file + fsync + rename), so a
-run killed at any moment leaves either the previous or the next complete log, never half of
-one.  Replaying the updates in order onto the base model's fp32 master reproduces the trained
-weights bit for bit (``zoopt export`` does exactly that).
+``seedlog.json`` holds the base model id, the dtype, the noise config (with the ``stream`` that
+drew its bits: a log without one was written by the numpy stream and replays with it), the ES
+state, the update rule (``update``: :meth:`zoopt.updates.UpdateRule.to_dict`) and every step's
+update.  Under ``sgd`` — and in a log whose header names no rule, written before rules existed —
+a record's coefficients are the step α·ĝ; under any other rule they are ĝ's, and replaying hands
+the engine ĝ with ``chain(rule, scale(α))`` at that step, so the rule's state (momentum buffer,
+moments) is rebuilt exactly as the run built it.  The log is rewritten atomically after each
+step (temp file + fsync + rename), so a run killed at any moment leaves either the previous or
+the next complete log, never half of one.  Replaying the updates in order onto the base model's
+fp32 master reproduces the trained weights bit for bit (``zoopt export`` does exactly that).
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import json
 import os
 from pathlib import Path
 
-from ..noise import Noise, noise_from_dict
+from ..noise import Noise, noise_from_record
 from ..types import Update
+from ..updates import UpdateRule, is_identity, rule_from_dict, sgd, step_update
 
 FORMAT = "zoopt.seedlog/1"
 
@@ -27,12 +33,12 @@ class SeedLog:
 
     @classmethod
     def create(cls, path: str | Path, *, model: str, dtype: str, noise: Noise, es_state: dict,
-               config: dict | None = None, **extra) -> "SeedLog":
-        """A new log; ``extra`` header fields (JSON-able): ``base_checksum``, the weights' checksum the
-        run started from, and ``objects``, what a run started from Python was given as objects
-        (:mod:`zoopt.workflows.train`)."""
+               config: dict | None = None, rule: UpdateRule | None = None, **extra) -> "SeedLog":
+        """A new log; ``rule`` the run's update rule (default ``sgd``); ``extra`` header fields
+        (JSON-able): ``base_checksum``, the weights' checksum the run started from, and
+        ``objects``, what a run started from Python was given as objects (:mod:`zoopt.workflows.train`)."""
         header = {"format": FORMAT, "model": model, "dtype": dtype, "noise": noise.to_dict(),
-                  "es": es_state, "config": config or {}, **extra}
+                  "update": (rule or sgd()).to_dict(), "es": es_state, "config": config or {}, **extra}
         log = cls(path, header)
         log.save()
         return log
@@ -52,7 +58,14 @@ class SeedLog:
 
     @property
     def noise(self) -> Noise:
-        return noise_from_dict(self.header["noise"])
+        """The run's noise; a header that names no ``stream`` was written by the numpy stream
+        (:func:`~zoopt.noise.noise_from_record`), and replays with it."""
+        return noise_from_record(self.header["noise"])
+
+    @property
+    def rule(self) -> UpdateRule:
+        """The run's update rule; ``sgd`` for a log whose header names none."""
+        return rule_from_dict(self.header.get("update", {"kind": "sgd"}))
 
     @property
     def steps_done(self) -> int:
@@ -65,8 +78,14 @@ class SeedLog:
         self.save()
 
     def iter_updates(self):
+        """The updates to apply, in order: a record as it is under ``sgd``; else ĝ's coefficients
+        with the header's rule and α at the record's step (:func:`zoopt.updates.step_update`)."""
+        rule = self.rule
+        linear = is_identity(rule)
+        lr = None if linear else float(self.header["es"]["lr"])
         for record in self.updates:
-            yield Update.from_dict(record)
+            update = Update.from_dict(record)
+            yield update if linear else step_update(rule, update, lr, int(record["step"]))
 
     def replay(self, engine, upto: int | None = None) -> None:
         """Apply the first ``upto`` (default: all) updates to ``engine``, in order.  Where a step

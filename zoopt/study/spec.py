@@ -17,11 +17,11 @@ from pathlib import Path
 
 import yaml
 
-from ..config import ConfigError, absolute_paths, config_items, read_yaml_spec, set_dotted
+from ..config import ConfigError, absolute_paths, config_items, packaged_names, read_yaml_spec, set_dotted
 
 CLAIMS = ("C1", "C1S", "C2", "C3", "C4", "C5", "C6", "C7", "C8")
 OPEN = ("es", "grpo", "tuning.es", "tuning.grpo", "profiles", "objective_args", "engine_args")
-SHIPPED = ("paper-toy", "paper-easy", "paper-hard", "coverage")
+SHIPPED = tuple(packaged_names("zoopt.configs", "studies"))  # zoopt/configs/studies/*.yaml
 
 
 def defaults() -> dict:

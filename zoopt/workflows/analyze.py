@@ -1,8 +1,11 @@
 """The library behind ``zoopt eval`` and ``zoopt analyze``: how far, and how sparsely, did
 training move the weights, and how much of the gain do the small updates carry?
 
-With ``Δ = θ − θ₀`` (TRAINED minus BASE, both fp32, compared on ``named_parameters`` so tied
-tensors count once; see :mod:`zoopt.runs.references`):
+With ``Δ = θ − θ₀'`` (TRAINED minus BASE, compared on ``named_parameters`` so tied tensors count
+once; see :mod:`zoopt.runs.references`), where TRAINED is read as saved (a run's ``model/`` holds its
+fp32 master) and ``θ₀' = fp32(cast_dtype(θ₀))`` is BASE loaded in the dtype the run worked in, as
+its engine loaded it (:func:`zoopt.runs.references.load_base`; ``dtype``: the run's ``config.yaml``,
+else float32), so Δ is the update and not BASE's own rounding to bf16/fp16:
 
 * relative drift ``D_rel = ‖Δ‖₂ / ‖θ₀‖₂``, overall and per parameter group
   (:func:`zoopt.metrics.relative_drift`, :func:`~zoopt.metrics.drift_by_group`);
@@ -33,7 +36,7 @@ from ..metrics import TAU, drift_by_group, magnitude_histogram, magnitude_shares
 from ..models import ModelLoadError
 from ..reporting import plots
 from ..runs.jsonable import jsonable
-from ..runs.references import LoadedModel, load_params, save_with_params
+from ..runs.references import LoadedModel, load_base, load_params, run_dtype, save_with_params
 from .builders import build_engine, build_objective, eval_kwargs, evaluate_config
 from .evaluate import EvalResult
 
@@ -104,15 +107,19 @@ def _retained(acc, base_acc, trained_acc):
 
 def analyze(base_spec: str, trained_spec: str, out: str | Path, *, tau: float = TAU,
             thresholds: tuple[float, ...] = (), eval_cfg: dict | None = None, bins: int = 60,
-            progress: Callable | bool | None = None) -> dict:
+            progress: Callable | bool | None = None, dtype: str | None = None) -> dict:
     """Compare BASE and TRAINED, write ``analysis.json``, ``magnitude_histogram.png`` and one
     ``tau-<τ>/`` HF directory per threshold into ``out``; with ``eval_cfg`` (a run config
-    naming the objective) also evaluate BASE, TRAINED and every thresholded model."""
+    naming the objective) also evaluate BASE, TRAINED and every thresholded model.
+
+    ``dtype``: the dtype the run worked in, in which BASE is loaded before it is widened to
+    fp32 (module docstring); default :func:`zoopt.runs.references.run_dtype` of TRAINED."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    base, trained = load_params(base_spec), load_params(trained_spec)
+    dtype = run_dtype(trained_spec) if dtype is None else str(dtype)
+    base, trained = load_base(base_spec, dtype), load_params(trained_spec)
     report = {"base": str(base_spec), "base_path": base.path, "trained": str(trained_spec),
-              "trained_path": trained.path, "n_tensors": len(base.params),
+              "trained_path": trained.path, "dtype": dtype, "n_tensors": len(base.params),
               **weight_report(base.params, trained.params, tau), "tau": float(tau)}
     counts, edges = magnitude_histogram(base.params, trained.params, bins=bins)
     report["histogram"] = {"counts": counts.tolist(), "edges": edges.tolist()}
@@ -158,7 +165,8 @@ def _fmt(value, spec: str = ".4f") -> str:
 def tables(report: dict) -> list:
     """Rich tables: drift and shares per group; thresholds (with accuracies when evaluated)."""
     tau = report["tau"]
-    t = Table(title=f"weight change {report['base']} → {report['trained']}  (τ = {tau:g})")
+    t = Table(title=f"weight change {report['base']} → {report['trained']}  (τ = {tau:g}; base in "
+                    f"{report.get('dtype', 'float32')}, as the run loaded it)")
     for col in ("group", "D_rel", "weights", "moved", "|Δ| ≤ τ of moved", "|Δ| > τ of moved"):
         t.add_column(col, justify="left" if col == "group" else "right")
     rows = [*report["shares_by_group"].items(), ("all", report["shares"])]

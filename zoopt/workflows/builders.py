@@ -22,6 +22,7 @@ from ..noise import noise_from_dict
 from ..objective import load_objective
 from ..plugins import is_file_spec
 from ..registry import ENGINES, ESTIMATORS, build
+from ..updates import rule_from_config
 from ..warmups import ensure_warmup
 from .evaluate import EvalResult, evaluate
 
@@ -31,7 +32,7 @@ def build_es(cfg: dict) -> ES:
     hp = from_dict(TrainConfig, cfg)
     estimator = build(ESTIMATORS, hp.estimator, shaping=hp.shaping, scaling=hp.scaling)
     return ES(estimator, noise=noise_from_dict(to_dict(hp.noise)), lr=hp.lr, sigma=hp.sigma,
-              population_size=hp.population_size, seed=hp.seed)
+              population_size=hp.population_size, seed=hp.seed, rule=rule_from_config(to_dict(hp.update)))
 
 
 def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):

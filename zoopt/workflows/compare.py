@@ -7,7 +7,10 @@ weights, is evaluated with the same settings (:func:`zoopt.workflows.builders.ev
 
 * Pass@k and Maj@k for the configured ``eval.ks`` (with ``eval.n_samples`` samples), greedy
   accuracy, mean sampled reward and mean token entropy;
-* D_rel = ‖θ − θ₀‖₂ / ‖θ₀‖₂ against the base (:func:`zoopt.metrics.relative_drift`);
+* D_rel = ‖θ − θ₀'‖₂ / ‖θ₀'‖₂ of the exported weights (the fp32 master) against the base as the
+  run loaded it, ``θ₀' = fp32(cast_dtype(θ₀))`` (:func:`zoopt.runs.references.load_base`), so a method that
+  did not move reports 0 in every dtype, as ``zoopt analyze`` does
+  (:func:`zoopt.metrics.relative_drift`);
 * the completions planned and actually generated (the engine's ``stats.sequences``);
 * wall time (training, evaluation, the whole method) and peak memory.
 
@@ -36,9 +39,10 @@ from pathlib import Path
 
 from ..config import ConfigError, absolute_paths, config_items, default_config, merge
 from ..metrics import relative_drift
-from ..models import load_model
+from ..registry import engine_refusal
 from ..reporting.plots import plot_pass_at_k, plot_reward_curves
 from ..reporting.trackers import open_trackers, scalars, tracker_names
+from ..runs.references import load_base, load_params
 from ..runs.rundir import RunDir
 from .builders import build_engine, build_objective, evaluate_config, run_dir_for
 from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
@@ -76,6 +80,9 @@ def load_compare_config(path: str | Path | None = None, overrides=()) -> dict:
 def check_compare_config(cfg: dict) -> None:
     if not cfg["methods"]:
         raise ConfigError("methods is empty: nothing to compare")
+    refused = engine_refusal(cfg["engine"], "compare")
+    if refused:
+        raise ConfigError(f"config key 'engine': {refused}")
     for name, schedule in cfg["methods"].items():
         parse_schedule(schedule, name=f"methods.{name}")
     for key in ("es", "grpo"):
@@ -288,13 +295,8 @@ def _report(names: list[str], run_dir: Path, cfg: dict, results: list[dict], tab
             tracker.close()
 
 
-def _state(path: str, dtype: str) -> dict:
-    model, _ = load_model(path, dtype=dtype)
-    return {n: p.detach().float() for n, p in model.named_parameters()}
-
-
 def _table(cfg: dict, results: list[dict]) -> list[dict]:
-    base = _state(cfg["model"], cfg["dtype"])
+    base = load_base(cfg["model"], cfg["dtype"]).params
     ks = [int(k) for k in cfg["eval"]["ks"]] if int(cfg["eval"]["n_samples"]) else []
     rows = []
     for r in results:
@@ -307,7 +309,7 @@ def _table(cfg: dict, results: list[dict]) -> list[dict]:
         for k in ks:
             row[f"maj@{k}"] = ev.get(f"maj@{k}")
         row.update(entropy=ev.get("entropy"), mean_reward=ev.get("mean_reward"),
-                   d_rel=relative_drift(base, _state(r["model_dir"], cfg["dtype"])),
+                   d_rel=relative_drift(base, load_params(r["model_dir"]).params),
                    train_s=r["train_s"], eval_s=r["eval_s"], wall_s=r["process_wall_s"],
                    peak_rss_mib=r["peak_rss_mib"], peak_rss_mib_self=r["peak_rss_mib_self"])
         rows.append(row)

@@ -27,7 +27,9 @@ it), ``metrics.jsonl``, ``config.yaml``, ``eval_*.json``, ``checksum.txt``, ``tr
 The other settings are ``zoopt train``'s keys, with their rules (:class:`~zoopt.hparams.TrainConfig`):
 ``evaluation`` is its ``eval`` section (None: no held-out evaluation), ``report_to``,
 ``log_every``, ``checkpoint_every``, ``reward_timeout_s``, ``reward_errors``, ``batch_size``,
-``export``; a bad value is a one-line :class:`~zoopt.config.ConfigError` naming the key.
+``export`` (default true, as ``zoopt train``'s: ``run_dir/model/`` is what ``zoopt eval --model
+RUN`` and ``zoopt analyze RUN`` read); a bad value is a one-line
+:class:`~zoopt.config.ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ..rewards.scoring import reward_name
 from ..runs.rundir import RunDir
 from ..runs.seedlog import SeedLog
 from ..types import RunResult
+from ..updates import config_of
 from .builders import run_dir_for
 from .loop import run_loop
 from .train import ESRun
@@ -56,7 +59,7 @@ from .train import ESRun
 
 def fit(engine, objective, es: ES, *, steps: int, prompts_per_step: int, sampling: Sampling,
         run_dir: str | Path | None = None, callbacks: Sequence[Callback] = (), report_to: str | Sequence[str] = "none",
-        evaluation: EvalConfig | Mapping | None = None, resume: bool = False, export: bool = False,
+        evaluation: EvalConfig | Mapping | None = None, resume: bool = False, export: bool = TrainConfig.export,
         log_every: int = 1, checkpoint_every: int = 0, reward_timeout_s: float = TrainConfig.reward_timeout_s,
         reward_errors: str = TrainConfig.reward_errors, batch_size: int = TrainConfig.batch_size,
         progress: bool = True, console=None) -> RunResult:
@@ -103,21 +106,29 @@ _SETTINGS = ("steps", "prompts_per_step", "reward_timeout_s", "reward_errors", "
 def describe(engine, objective, es: ES, sampling: Sampling) -> dict:
     """What ``zoopt train``'s keys say about these objects (``config.yaml`` of a run ``fit`` started):
     the estimator and engine by their registered names (a class path where there is none), the
-    objective by its name, the ES shell's numbers, its noise and the sampling."""
+    objective by its name, the ES shell's numbers, its update rule (the ``update`` section, when
+    one stands for it: :func:`objects` names any other rule), its noise and the sampling."""
+    update = config_of(es.rule)
     return _plain({
         "model": engine.model_name, "dtype": engine.model_dtype, "engine": _name(ENGINES, engine),
         "objective": reward_name(objective), "seed": es.seed, "estimator": _name(ESTIMATORS, es.estimator),
-        "population_size": es.population_size, "sigma": es.sigma, "lr": es.lr, "noise": es.noise.to_dict(),
+        "population_size": es.population_size, "sigma": es.sigma, "lr": es.lr,
+        **({"update": update} if update is not None else {}), "noise": es.noise.to_dict(),
         "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                      "max_new_tokens": sampling.max_new_tokens, "n": sampling.n}})
 
 
 def objects(engine, objective, es: ES) -> dict[str, str]:
     """``{part: "module:Class"}`` of the parts ``fit`` was given as objects, the estimator marked
-    ``(not registered)`` or ``(registered as NAME)``: recorded in the seed log, compared on resume."""
+    ``(not registered)`` or ``(registered as NAME)``, and an update rule that no ``update`` config
+    section stands for (its :meth:`~zoopt.updates.UpdateRule.to_dict`): recorded in the seed log,
+    compared on resume."""
     name = ESTIMATORS.name_of(type(es.estimator))
-    return {"engine": _path(engine), "objective": _path(objective),
-            "estimator": f"{_path(es.estimator)} " + (f"(registered as {name!r})" if name else "(not registered)")}
+    parts = {"engine": _path(engine), "objective": _path(objective),
+             "estimator": f"{_path(es.estimator)} " + (f"(registered as {name!r})" if name else "(not registered)")}
+    if config_of(es.rule) is None:
+        parts["update"] = json.dumps(es.rule.to_dict())
+    return parts
 
 
 def base_model(engine, run_dir: RunDir) -> tuple[str, str]:

@@ -109,7 +109,11 @@ def _run(trainer: RunTrainer, ui: TrainProgress, callbacks: Sequence[Callback]) 
     steps, every = int(cfg["steps"]), int(cfg["eval"]["every"] or 0)
     save_every = int(cfg["checkpoint_every"] or 0)
     history = []
-    with ui.train_progress(trainer.label, steps, trainer.steps_done, trainer.units_per_step) as bar:
+    finished = trainer.steps_done >= steps  # a finished run resumed: nothing to train, no step bar
+    if finished:
+        ui.note(f"the run already has its {steps} steps: nothing to train")
+    with ui.train_progress(trainer.label, steps, trainer.steps_done, trainer.units_per_step,
+                           enabled=not finished) as bar:
         while trainer.steps_done < steps and not stop:
             record = trainer.step(on_member=bar.member_done)
             done = record["step"] + 1
@@ -129,8 +133,8 @@ def _run(trainer: RunTrainer, ui: TrainProgress, callbacks: Sequence[Callback]) 
     stopped_early = trainer.steps_done < steps
     if stopped_early:
         ui.note(f"stopped early by a callback after {trainer.steps_done} of {steps} steps")
-    after = None
-    if eval_on:
+    after = run_dir.read_eval("after") if finished else None  # its weights are those it was evaluated with
+    if eval_on and after is None:
         after = _evaluate(trainer, ui, "after")
         _evaluated(callbacks, after, "after", trainer.steps_done)
     ui.compare(before, after)

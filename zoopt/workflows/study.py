@@ -42,8 +42,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import ConfigError, default_config
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
+from ..objective import load_split
 from ..runs.jsonable import jsonable
-from ..runs.references import load_params
+from ..runs.references import load_base, load_params
 from ..study import claims as C
 from ..study.narrowing import c1_strong
 from ..study.report import write_report
@@ -118,9 +119,10 @@ def _check_resume(study_dir: Path, spec: dict) -> None:
 def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, log=print) -> dict:
     """Run (or resume) the study ``spec`` (:func:`zoopt.study.spec.load_study_spec`); its report."""
     study_dir = study_dir_for(spec, out)
+    objective = build_objective(spec)
+    check_data(spec, objective)
     _check_resume(study_dir, spec)
     clock = WallClock(study_dir / "wall_time.json")
-    objective = build_objective(spec)
     tuning_on = bool(spec["tuning"]["enabled"])
     columns = (TextColumn("[bold]study {task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.description}"))
@@ -152,6 +154,19 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     report = write_report(study_dir, spec, tuned, results, outcome, wall=clock.tick())
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
+
+
+def check_data(spec: dict, objective) -> None:
+    """Read the objective's train and test data before any work (and before the study directory
+    exists): data that cannot be had (no hub, no offline source) is its objective's one-line
+    error now, not hours later, and a validation carve that leaves nothing to train on says so
+    with the train split's size."""
+    n_train = len(objective.dataset("train"))
+    load_split(objective, "test", max(1, int(spec["eval"]["n_problems"])), key="eval.n_problems")
+    n_validation = int(spec["tuning"]["validation"])
+    if spec["tuning"]["enabled"] and n_validation >= n_train:
+        raise ConfigError(f"tuning.validation: {n_validation} problems leave none of the {n_train} train problems "
+                          f"of {spec['objective']!r} to train on")
 
 
 def _tuning(spec, out: Path, bar, task, enabled: bool) -> dict:
@@ -202,7 +217,7 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     path = out / "c3.json"
     if path.exists():
         return json.loads(path.read_text())
-    base = load_params(cfg["model"])
+    base = load_base(cfg["model"], cfg["dtype"])  # as every run's engine loaded it (zoopt.runs.references.load_base)
     es, grpo = load_params(results["es"]["model_dir"]), load_params(results["grpo"]["model_dir"])
     drift = {"es": relative_drift(base.params, es.params), "grpo": relative_drift(base.params, grpo.params)}
     alpha = float(cfg["es"].get("lr", default_config("train")["lr"]))
@@ -212,7 +227,8 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
               for m, p in (("es", es), ("grpo", grpo)) for label, t in (("paper", paper_tau), ("scaled to α", scaled))}
     taus = sparsity_taus(base.params, es.params, spec["c3"]["sparsity"])
     del base, es, grpo
-    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus))
+    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus),
+                     dtype=cfg["dtype"])
     thresholds = []
     for rec in report["thresholds"]:
         ev = evaluate_model(_eval_cfg(cfg, rec["dir"]))
@@ -220,7 +236,7 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
         thresholds.append({"tau": rec["tau"], "share_reverted": rec["share_reverted"],
                            "eval": {"summary": ev.summary, "per_problem": ev.per_problem}})
         shutil.rmtree(rec["dir"], ignore_errors=True)  # ~ a model's size each; rebuilt by zoopt analyze --threshold
-    record = {"drift": drift, "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
+    record = {"drift": drift, "dtype": cfg["dtype"], "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
               "thresholds": thresholds, "histogram": report["plots"]["magnitude_histogram"]}
     path.write_text(json.dumps(jsonable(record), indent=2, default=str))
     return record

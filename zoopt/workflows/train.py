@@ -34,7 +34,7 @@ from ..config import ConfigError
 from ..engines.base import Sampling
 from ..hparams import TrainConfig, from_dict, to_dict
 from ..metrics import mean_token_entropy
-from ..objective import step_indices
+from ..objective import ZooptWarning, step_indices
 from ..registry import ENGINES
 from ..reporting.progress import TrainProgress
 from ..reporting.trackers import ReportTo
@@ -48,7 +48,7 @@ from .loop import RunTrainer, run_loop
 
 # keys that define the run: a resume with different values would not reproduce it
 RUN_KEYS = ("model", "dtype", "objective", "objective_args", "seed", "prompts_per_step", "estimator",
-            "shaping", "scaling", "population_size", "sigma", "lr", "noise", "population", "sampling")
+            "shaping", "scaling", "population_size", "sigma", "lr", "update", "noise", "population", "sampling")
 
 
 class ESRun(RunTrainer):
@@ -67,8 +67,9 @@ class ESRun(RunTrainer):
     registered)", ...}``); it goes to the seed log, and such a run is resumed from Python only.
     A ``run_dir`` that holds a seed log is resumed: the run keys of ``cfg`` (:data:`RUN_KEYS`,
     those it has), the objects and the engine's weights (against ``base_checksum``) must match
-    the log, whose updates are then replayed onto the engine.  ``owns_engine``: close the engine
-    in :meth:`close`.
+    the log, whose updates are then replayed onto the engine; the run continues with the log's
+    noise stream (a ``cfg`` noise that names another stream is refused).  ``owns_engine``:
+    close the engine in :meth:`close`.
     """
 
     label = "ES"
@@ -97,6 +98,8 @@ class ESRun(RunTrainer):
         if path.exists():
             log = SeedLog.load(path)
             self._check_resume(log)
+            # the log's stream continues (a config that names no stream, or an old log's numpy one)
+            self.es.noise = dataclasses.replace(self.es.noise, stream=log.noise.stream)
             log.replay(self.engine)
             self.es.step = log.steps_done
             return log
@@ -105,7 +108,7 @@ class ESRun(RunTrainer):
         self.run_dir.write_config(self.cfg)
         extra = {"base_checksum": self.engine.checksum(), **({"objects": self.objects} if self.objects else {})}
         return SeedLog.create(path, model=str(base[0]), dtype=str(base[1]), noise=self.es.noise,
-                              es_state=self.es.state_dict(), config=self.cfg, **extra)
+                              es_state=self.es.state_dict(), config=self.cfg, rule=self.es.rule, **extra)
 
     def _check_resume(self, log: SeedLog) -> None:
         """One-line :class:`ConfigError` when ``log`` is not the run these parts continue."""
@@ -121,9 +124,15 @@ class ESRun(RunTrainer):
         except ConfigError:
             saved = raw
         for key in RUN_KEYS:
-            if key in raw and key in self.cfg and saved[key] != self.cfg[key]:
+            if key in raw and key in self.cfg and not same_run_value(key, saved[key], self.cfg[key]):
                 raise ConfigError(f"--resume: config key {key!r} is {self.cfg[key]!r} but the run "
                                   f"was started with {saved[key]!r}")
+        named = (self.cfg.get("noise") or {}).get("stream")
+        if named is not None and named != log.noise.stream:
+            raise ConfigError(f"--resume: config key 'noise.stream' is {named!r} but the run's seed log was written by "
+                              f"the {log.noise.stream!r} stream; resume with that stream (in a config: leave noise.stream unset)")
+        if log.rule != self.es.rule:  # the header's rule (none: sgd) is the one its records replay with
+            raise ConfigError(f"resume: the run's update rule was {log.rule.to_dict()}, got {self.es.rule.to_dict()}")
         base_checksum = log.header.get("base_checksum")
         if base_checksum is not None and self.engine.checksum() != base_checksum:
             raise ConfigError(f"resume: the engine's weights (checksum {self.engine.checksum()}) are not the ones the "
@@ -177,15 +186,16 @@ class ESRun(RunTrainer):
         t0 = time.perf_counter()
         engine.apply(noise, update)
         apply_s = time.perf_counter() - t0
-        coef_norm = math.sqrt(sum(c * c for c in update.coefficients))
+        coef_norm = math.sqrt(sum(c * c for c in update.coefficients))  # of α·ĝ (sgd), else of ĝ
         record = {
             "step": population.step,
             "reward_mean": float(np.mean(rewards)), "reward_max": float(np.max(rewards)),
             "reward_min": float(np.min(rewards)), "reward_std": float(np.std(rewards)),
             "shaped_min": update.info.get("shaped_min"), "shaped_max": update.info.get("shaped_max"),
             "degenerate": update.info.get("degenerate"),
-            "update_coef_norm": coef_norm,
-            # ‖Σcᵢεᵢ‖ ≈ √(Σcᵢ²)·√D for independent unit-variance noise over D moved weights
+            "update_coef_norm": coef_norm, "update_rule": es.rule.label,
+            # ‖Σcᵢεᵢ‖ ≈ √(Σcᵢ²)·√D for independent unit-variance noise over D moved weights: the step
+            # under sgd; under another rule ‖ĝ‖ (the step is the rule's, made in the engine)
             "update_l2_expected": coef_norm * math.sqrt(self.moved_params),
             # mean per-token entropy (nats) of the sampling distribution over all members' tokens
             "entropy": mean_token_entropy(entropies) if any(entropies) else None,
@@ -214,7 +224,8 @@ class ESRun(RunTrainer):
     def describe(self, record: dict) -> str:
         failed = record["reward_failed"] + record["reward_timed_out"]
         return (f"step {record['step']:>3}  reward mean {record['reward_mean']:.4f} max {record['reward_max']:.4f}"
-                f"  |Δ|≈{record['update_l2_expected']:.3g}  gen {record['time_generate_s']:.1f}s"
+                f"  {'|Δ|' if record.get('update_rule', 'sgd') == 'sgd' else '|ĝ|'}≈{record['update_l2_expected']:.3g}"
+                f"  gen {record['time_generate_s']:.1f}s"
                 f"  noise {record['time_weights_s'] + record['time_apply_s']:.1f}s"
                 + (f"  reward failed on {failed} completions" if failed else "") + _replicas(record))
 
@@ -241,6 +252,15 @@ class Trainer(ESRun):
         engine = engine if engine is not None else build_engine(cfg, objective)
         super().__init__(cfg, run_dir, engine, objective, es, sampling_from(cfg),
                          base=(str(cfg["model"]), str(cfg["dtype"])), owns_engine=owns)
+
+
+def same_run_value(key: str, saved, now) -> bool:
+    """Whether a resume's ``now`` equals the run's ``saved`` value of ``key``.  The noise's
+    ``stream`` is compared only when both name one: a config without it continues with the
+    seed log's stream (a run started before streams were recorded names none)."""
+    if key == "noise" and isinstance(saved, dict) and isinstance(now, dict) and not ("stream" in saved and "stream" in now):
+        saved, now = ({k: v for k, v in d.items() if k != "stream"} for d in (saved, now))
+    return saved == now
 
 
 def not_resumable(run_dir: str | Path, objects: dict) -> str:
@@ -284,8 +304,17 @@ def train(cfg: dict, resume: str | Path | None = None, console=None, show_progre
 
 def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | None = None,
                         device: str = "cpu") -> tuple[Path, str]:
-    """Rebuild a run's weights from its seed log alone and write them as an HF directory."""
+    """Rebuild a run's weights from its seed log alone and write them as an HF directory.
+
+    ``upto``: replay only the first ``upto`` steps (≥ 0); more than the log holds replays all of
+    them, with a :class:`~zoopt.objective.ZooptWarning` saying how many that is."""
     log = SeedLog.load(seedlog_path)
+    if upto is not None:
+        if isinstance(upto, bool) or not isinstance(upto, int) or upto < 0:
+            raise ValueError(f"--upto must be an integer ≥ 0, got {upto!r}")
+        if upto > log.steps_done:
+            warnings.warn(f"--upto {upto}: the seed log has {log.steps_done} steps; exporting all {log.steps_done}",
+                          ZooptWarning, stacklevel=2)
     engine = ENGINES.get("hf").from_pretrained(log.header["model"], dtype=log.header["dtype"], device=device)
     try:
         log.replay(engine, upto=upto)

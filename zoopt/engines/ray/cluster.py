@@ -32,6 +32,11 @@ LOCAL_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "
              "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+class NoRayCluster(ConnectionError, ValueError):
+    """``--ray-address`` names no running cluster: a ``ConnectionError`` that is also the user's
+    input to mend (a ``ValueError``), so ``zoopt`` reports it as one line, exit status 2."""
+
+
 def require_ray():
     """``import ray``, or a one-line ``ImportError`` saying how to install it."""
     try:
@@ -62,8 +67,8 @@ def connect(address: str | None, *, num_cpus: int | None = None, object_store_me
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=True)
         except ConnectionError as exc:
-            raise ConnectionError(f"no Ray cluster at {address!r} (start one with `ray start --head`): "
-                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            raise NoRayCluster(f"no Ray cluster at {address!r} (start one with `ray start --head`): "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         return False
     start_local(num_cpus=num_cpus, object_store_memory=object_store_memory)
     return True

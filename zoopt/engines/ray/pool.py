@@ -104,7 +104,8 @@ class ReplicaPool:
         the others are replayed)."""
         self.settle()
         version, expected = self.version, self.expected[-1]
-        update = Update(tuple(int(s) for s in update.seeds), tuple(float(c) for c in update.coefficients))
+        update = Update(tuple(int(s) for s in update.seeds), tuple(float(c) for c in update.coefficients),
+                        rule=update.rule, rule_step=int(update.rule_step))  # a rule's state: replayed with the log
         self.log.append((noise, update))
         self.expected.append(None)
         self.perturbation = None  # apply sets the working weights to the new master

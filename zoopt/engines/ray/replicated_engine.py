@@ -49,6 +49,7 @@ from ...noise import Noise
 from ...runs.atomic import atomic_directory
 from ...types import Population, Update
 from ..base import Completion, Engine, Prompt, Sampling
+from ..rule_state import RuleState, next_rule_state
 from ..weights import check_finite
 from .cluster import connect, placement, require_ray
 from .pool import NoReplicaLeft, RayStats, ReplicaPool, _last_line, _Slot
@@ -301,6 +302,9 @@ class RayEngine(Engine):
         replayed).  Non-finite coefficients are a ``ValueError`` before anything is sent."""
         for c in update.coefficients:
             check_finite("update coefficient", c)
+        if update.rule is not None:  # the replicas' rule state is the log's: refuse a wrong step before any sees it
+            last = next((u for _, u in reversed(self.pool.log) if u.rule is not None), None)
+            next_rule_state(None if last is None else RuleState(last.rule, last.rule_step + 1), update)
         self.pool.apply(noise, update)
 
     def checksum(self) -> str:

@@ -13,7 +13,8 @@ Contract (that of :class:`~zoopt.engines.base.Engine`, as ``HFEngine``):
 
 - ``perturb``/``restore``/``apply``/``checksum`` give bit for bit the weights and digests that
   ``HFEngine`` gives on the same device type and dtype (noise is drawn per HF parameter name on
-  the master's device; CPU and CUDA streams differ, as everywhere in zoopt).
+  the master's device, from the noise's stream: the default counter stream is the same on CPU
+  and CUDA, the numpy stream of older seed logs is not).
 - ``generate(prompts, sampling)`` encodes prompts exactly as ``HFEngine.encode`` (chat template
   of the model's tokenizer, or plain tokens), hands vLLM token ids, and stops at the same
   tokens (EOS, pad and the generation config's EOS; the stop token is kept).  Greedy
@@ -60,6 +61,7 @@ from ...runs.atomic import atomic_directory
 from ...types import Population, Update
 from ..base import Completion, Engine, Prompt, Sampling
 from ..prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
+from ..rule_state import RuleState, next_rule_state
 from ..weights import check_finite, digest
 from .environment import check_cpu_head_dim, configure_environment, resolve_model_dir
 from .lora import LoRAPopulation, check_lora_slots, lora_selection, ram_scratch_dir, round_lora_rank
@@ -103,6 +105,7 @@ class VLLMEngine(Engine):
         check_lora_slots(population, max_loras)
         self.population = population
         self.max_loras, self.max_lora_rank = max_loras, max_lora_rank
+        self._rules: RuleState | None = None  # the update rule and step the workers' states are at
         self._next_lora_id = 1  # every adapter ever registered gets a fresh id (and name)
         try:
             gen = GenerationConfig.from_pretrained(str(self.model_dir))
@@ -252,11 +255,15 @@ class VLLMEngine(Engine):
         self._weights_changed()
 
     def apply(self, noise: Noise, update: Update) -> None:
-        """M ← M + Σᵢ cᵢ·ε(seedᵢ) in fp32, then W ← cast(M) (non-finite coefficients refused)."""
+        """M ← M + Σᵢ cᵢ·ε(seedᵢ) in fp32, then W ← cast(M) (non-finite coefficients refused); with
+        an update rule, M ← M + rule(ĝ), the rule's state kept in every worker beside its master."""
         for c in update.coefficients:
             check_finite("update coefficient", c)
+        rules = next_rule_state(self._rules, update)  # a wrong step is refused here, before any worker
+        rule = None if update.rule is None else update.rule.to_dict()
         self._rpc("zoopt_apply", noise.to_dict(), [int(s) for s in update.seeds],
-                  [float(c) for c in update.coefficients])
+                  [float(c) for c in update.coefficients], rule, int(update.rule_step))
+        self._rules = rules
         self._weights_changed()
 
     def load_weights(self, named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[str]:

@@ -27,7 +27,9 @@ ever set from it, in place (``copy_``), so restore is bit-exact and every addres
 - restore:  ``W ← cast(M)``;
 - apply:    ``M[p] ← M[p] + (Σᵢ cᵢ·εᵢ)[h]`` accumulated in fp32 over the whole HF tensor, then
   ``W ← cast(M)`` — the same fp32 operations, in the same order, as ``ModuleEngine``, so the
-  weights are bit-identical to the HF engine's.
+  weights are bit-identical to the HF engine's.  With an update rule (momentum, adam, …) the
+  rule runs here on each piece's share of ĝ, its state beside the master, element by element,
+  so the pieces give the HF engine's bits too.
 
 ``zoopt_checksum`` digests the working weights *split back to HF names*, in HF parameter order,
 with :func:`zoopt.engines.weights.digest`, so it equals ``HFEngine.checksum()`` for the same
@@ -43,6 +45,7 @@ import torch
 
 from ...noise import noise_from_dict
 from ...types import Update
+from ...updates import rule_from_dict
 from ..weights import MasterWeights
 from .layout import hf_parameter_shapes, probe_layout
 
@@ -149,9 +152,13 @@ class ZooptWorkerExtension:
         """``W ← cast(M)`` for every perturbed parameter, bit for bit."""
         self._zoopt_weights.restore()
 
-    def zoopt_apply(self, noise_config: dict, seeds: list, coefficients: list) -> None:
-        """``M ← M + Σᵢ cᵢ·ε(seedᵢ)`` (fp32, per whole HF tensor), then ``W ← cast(M)``."""
-        update = Update(tuple(int(s) for s in seeds), tuple(float(c) for c in coefficients))
+    def zoopt_apply(self, noise_config: dict, seeds: list, coefficients: list, rule: dict | None = None,
+                    rule_step: int = 0) -> None:
+        """``M ← M + Σᵢ cᵢ·ε(seedᵢ)`` (fp32, per whole HF tensor), then ``W ← cast(M)``; with an
+        update rule (``rule``: its ``to_dict()``), ``M ← M + rule(ĝ)`` at ``rule_step``, the rule's
+        state kept here beside the master (:mod:`zoopt.engines.rule_state`)."""
+        update = Update(tuple(int(s) for s in seeds), tuple(float(c) for c in coefficients),
+                        rule=None if rule is None else rule_from_dict(rule), rule_step=int(rule_step))
         self._zoopt_weights.apply(noise_from_dict(noise_config), update)
 
     # -- GRPO weight sync -----------------------------------------------------------------------

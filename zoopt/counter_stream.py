@@ -1,0 +1,349 @@
+"""The counter-based noise stream: the same bits for (seed, name, element index) on every device.
+
+**Bits.**  A stream is SplitMix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number
+generators", OOPSLA 2014; ``java.util.SplittableRandom``) with its own state ``k`` and odd
+increment ``γ``, both from blake2b of ``(seed, name key)`` (:func:`stream_key`).  Word ``i``
+(i = 0, 1, …) is
+
+    wᵢ = mix64(k + (i + 1)·γ  mod 2⁶⁴),
+    mix64(z): z ← (z ⊕ z≫30)·0xBF58476D1CE4E5B9;  z ← (z ⊕ z≫27)·0x94D049BB133111EB;  z ⊕ z≫31
+
+(Stafford's variant 13, SplitMix64's finaliser), so element ``i`` is a pure function of the key
+and ``i``: any chunk of a tensor, on any device, in any order, gives the same bits.  It is
+computed with int64 tensor operations on the tensor's device — wrap-around ``+``/``×`` are the
+same bits as unsigned arithmetic, and ``≫`` (arithmetic in torch) is masked to a logical shift.
+
+**Values**, from bits by exact integer steps and correctly rounded IEEE operations only (no
+``log``/``exp``/``sin``/``cos``, whose last bit differs between CPU and CUDA libraries, and no
+fused multiply-add):
+
+- Rademacher: element ``i`` is ``+1`` or ``−1`` as bit ``i mod 64`` of word ``⌊i/64⌋`` is 0 or 1.
+- Gaussian: element ``i`` from word ``wᵢ``: the sign is bit 63; ``y = (bits 0…52) | 1`` is an odd
+  53-bit integer and ``v = y/2⁵³ ∈ (0, 1)`` a two-sided tail probability, ``|z| = Φ⁻¹(1 − v/2)``.
+  ``y`` converts exactly to float64, whose exponent is the octave ``p = ⌊log₂ y⌋`` (0…52) and
+  whose next ``KNOT_BITS`` mantissa bits the knot ``j``; the 24 bits after them are the fraction
+  ``f``.  Then ``|z| = base[p, j] + f·slope[p, j]`` in float32 (one rounded ``×``, one rounded
+  ``+``): linear interpolation between the knots ``Φ⁻¹(1 − v/2)`` at
+  ``v = 2^(p−53)·(1 + j/2^KNOT_BITS)``, computed once in float64 (:class:`statistics.NormalDist`,
+  tested against an independent ``ndtri``) and rounded to float32; the slopes are the exact
+  differences of those float32 knots, and the table is pinned by its checksum.  Octaves are a geometric sub-table: the
+  tail reaches ``|z| = Φ⁻¹(1 − 2⁻⁵⁴) = 8.29``; linear interpolation is within 5.1e-8 of the
+  exact quantile, and the float32 values within 2 float32 ulps of ``Φ⁻¹(1 − v/2)`` (6e-8 below
+  |z| = 0.5; tested).  Negative values come from a negated copy of the table (exactly ``−z``).
+
+Every chunk of work on the CPU is at most ``CPU_CHUNK`` elements — below torch's parallel
+grain, so each operation runs on the calling thread — and chunks go to a small thread pool;
+on other devices chunks of ``DEVICE_CHUNK`` bound the temporaries (~28 bytes an element).
+Results never depend on the chunking, the thread count or the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from statistics import NormalDist
+from typing import Sequence
+
+import torch
+
+MASK64 = (1 << 64) - 1
+MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+KNOT_BITS = 10            # 2**KNOT_BITS knots per octave of the tail probability
+OCTAVES = 53              # y = 1 … 2**53 - 1
+CPU_CHUNK = 1 << 15       # elements per piece of CPU work (torch's GRAIN_SIZE: no intra-op threads)
+DEVICE_CHUNK = 1 << 20    # elements per piece of work elsewhere (bounds the temporaries)
+# blake2b-128 of the float32 tables (base then slope, little-endian); a platform whose float64
+# quantiles differ in a bit that survives rounding to float32 is refused rather than drifting.
+# (The float32 knots equal those of 120-bit mpmath; the closest one lies 3.8e-13 (relative) from
+# a float32 rounding boundary, ~500× NormalDist's float64 error of 8e-16.)
+TABLE_CHECKSUM = "fa936f7ae79fb10077ba2a9a7e8779ec"
+
+if sys.byteorder != "little":  # Rademacher unpacks words through an int32 view
+    raise ImportError("zoopt's counter noise stream assumes a little-endian machine")
+
+
+def signed64(x: int) -> int:
+    """``x mod 2⁶⁴`` as a signed int64 (the bits torch stores)."""
+    x &= MASK64
+    return x - (1 << 64) if x >> 63 else x
+
+
+def mix64(z: int) -> int:
+    """SplitMix64's finaliser on a Python int (the reference the tensor code must equal)."""
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX2) & MASK64
+    return z ^ (z >> 31)
+
+
+def stream_key(seed: int, name_key: int) -> tuple[int, int]:
+    """``(k, γ)`` of the stream for ``(seed, name_key)`` (``name_key`` 0: the correlated mode).
+
+    ``k, g`` = the two little-endian halves of blake2b-128(``"{seed}:{name_key}"``, person
+    ``zoopt.counter1``); ``γ = g | 1``, xored with ``0xAAAA…AAAA`` when ``γ`` has fewer than 24 bit
+    transitions (SplittableRandom's ``mixGamma`` rule against weak increments)."""
+    digest = hashlib.blake2b(f"{int(seed)}:{int(name_key)}".encode(), digest_size=16, person=b"zoopt.counter1").digest()
+    k, g = int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little") | 1
+    if bin(g ^ (g >> 1)).count("1") < 24:
+        g ^= 0xAAAAAAAAAAAAAAAA
+    return k, g
+
+
+def reference_words(key: tuple[int, int], start: int, count: int) -> list[int]:
+    """Words ``start … start + count − 1`` of stream ``key`` in plain Python (for tests)."""
+    k, g = key
+    return [mix64(k + (i + 1) * g) for i in range(start, start + count)]
+
+
+# -- the Gaussian table ---------------------------------------------------------------------
+def _quantile_knots() -> list[list[float]]:
+    """``|z|`` at the knots, float64: row p, column j = 0 … 2**KNOT_BITS."""
+    inv, m = NormalDist().inv_cdf, 1 << KNOT_BITS
+    return [[-inv((1.0 + j / m) * 2.0 ** (p - 53) / 2) for j in range(m + 1)] for p in range(OCTAVES)]
+
+
+def _build_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """``(base, slope)``, float32, ``2·64·2**KNOT_BITS`` entries indexed by
+    ``sign·64·2**KNOT_BITS + (e mod 64)·2**KNOT_BITS + j`` with ``e = 1023 + p`` the biased float64
+    exponent of ``y`` (p = 0…52 gives 53 distinct rows ``e mod 64``; the other 11 rows of each
+    half are NaN and unreachable) — so the index is three bit fields, no subtraction.
+
+    ``base`` is the knot's quantile rounded to float32, and ``slope = (next knot − knot)·2⁻²⁴``
+    from those float32 knots — exact (two nearby float32 numbers differ by a float32 number), so
+    the table depends on nothing but the float32 knots, and the interpolation meets every knot.
+    The negative half is the negation of the positive one."""
+    knots = torch.tensor(_quantile_knots(), dtype=torch.float64).to(torch.float32).to(torch.float64)
+    m = 1 << KNOT_BITS
+    base = torch.full((2, 64, m), float("nan"), dtype=torch.float32)
+    slope = torch.full((2, 64, m), float("nan"), dtype=torch.float32)
+    rows = [(1023 + p) % 64 for p in range(OCTAVES)]
+    steps = (knots[:, 1:] - knots[:, :-1]) * 2.0 ** -24                # exact in float64
+    base[0, rows], slope[0, rows] = knots[:, :-1].to(torch.float32), steps.to(torch.float32)
+    if not torch.equal(slope[0, rows].to(torch.float64), steps):       # exact in float32 too
+        raise RuntimeError("counter noise stream: a knot step is not a float32 number")
+    base[1], slope[1] = -base[0], -slope[0]
+    return base.reshape(-1), slope.reshape(-1)
+
+
+def table_checksum(base: torch.Tensor, slope: torch.Tensor) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for t in (base, slope):
+        h.update(t.contiguous().view(torch.int32).numpy().tobytes())
+    return h.hexdigest()
+
+
+_TABLES: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+_ARANGE: dict[str, torch.Tensor] = {}
+_LOCK = threading.Lock()
+
+
+def tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checksum-verified Gaussian tables on ``device`` (built once per process)."""
+    key = str(device)
+    if key not in _TABLES:
+        with _LOCK:
+            if "cpu" not in _TABLES:
+                base, slope = _build_tables()
+                got = table_checksum(base, slope)
+                if got != TABLE_CHECKSUM:
+                    raise RuntimeError(f"counter noise stream: the Gaussian table's checksum is {got}, not the pinned "
+                                       f"{TABLE_CHECKSUM}; this platform's float64 quantiles differ")
+                _TABLES["cpu"] = (base, slope)
+            if key not in _TABLES:
+                _TABLES[key] = tuple(t.to(device) for t in _TABLES["cpu"])
+    return _TABLES[key]
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """``1, 2, …, n`` (int64) on ``device``, cached: the ``i + 1`` of each chunk's words."""
+    key = str(device)
+    have = _ARANGE.get(key)
+    if have is None or have.numel() < n:
+        have = torch.arange(1, max(n, CPU_CHUNK) + 1, dtype=torch.int64, device=device)
+        _ARANGE[key] = have
+    return have[:n]
+
+
+# -- the kernels: one chunk of rows × words -------------------------------------------------
+class _Scratch(threading.local):
+    """Per-thread buffers for CPU chunks (allocating each chunk anew costs more than the work)."""
+
+    def get(self, n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        if device.type != "cpu":  # device chunks: fresh buffers from the caching allocator
+            return (torch.empty(n, dtype=torch.int64, device=device), torch.empty(n, dtype=torch.int64, device=device),
+                    torch.empty(n, dtype=torch.float64, device=device), torch.empty(n, dtype=torch.float32, device=device))
+        if getattr(self, "n", 0) < n:
+            self.bufs = (torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64),
+                         torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float32))
+            self.n = n
+        return tuple(b[:n] for b in self.bufs)
+
+
+_SCRATCH = _Scratch()
+
+
+def _words(w: torch.Tensor, t: torch.Tensor, steps: torch.Tensor, ks: torch.Tensor) -> None:
+    """``w[r, c] = mix64(k_r + (first + c + 1)·γ_r)`` in place (``w``, ``t``: (rows, cols) int64),
+    from ``steps[r, c] = (c + 1)·γ_r`` and ``ks[r] = k_r + first·γ_r`` (signed, (rows, 1))."""
+    torch.add(steps[:, :w.shape[1]], ks, out=w)
+    torch.bitwise_right_shift(w, 30, out=t).bitwise_and_((1 << 34) - 1)
+    w.bitwise_xor_(t).mul_(signed64(MIX1))
+    torch.bitwise_right_shift(w, 27, out=t).bitwise_and_((1 << 37) - 1)
+    w.bitwise_xor_(t).mul_(signed64(MIX2))
+    torch.bitwise_right_shift(w, 31, out=t).bitwise_and_((1 << 33) - 1)
+    w.bitwise_xor_(t)
+
+
+def _normal_chunk(out: torch.Tensor, streams: tuple[torch.Tensor, ...], first: int) -> None:
+    """Gaussian elements ``first … first + out.shape[1] − 1`` of each row's stream into ``out``
+    (rows, cols) float32."""
+    rows, cols = out.shape
+    w, t, d, f = _SCRATCH.get(rows * cols, out.device)
+    k, g, steps = streams
+    _words(w.view(rows, cols), t.view(rows, cols), steps, torch.add(k, g, alpha=first))
+    _gaussian(w, t, d, f, out)
+
+
+def _gaussian(w: torch.Tensor, t: torch.Tensor, d: torch.Tensor, f: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` (float32, any shape of ``w.numel()`` elements) ← the Gaussian values of the words
+    ``w`` (1-D int64, overwritten; ``t``, ``d``, ``f`` scratch of the same length: int64,
+    float64, float32).  The module docstring's formula, step by step."""
+    torch.bitwise_and(w, (1 << 53) - 1, out=t).bitwise_or_(1)       # y: odd, < 2**53
+    d.copy_(t)                                                       # exact
+    bits = d.view(torch.int64)
+    torch.bitwise_right_shift(bits, 52 - KNOT_BITS, out=t).bitwise_and_((64 << KNOT_BITS) - 1)  # (e mod 64, j)
+    w.bitwise_right_shift_(63 - 6 - KNOT_BITS).bitwise_and_(64 << KNOT_BITS)                    # the sign bit
+    t.bitwise_or_(w)                                                 # table index
+    torch.bitwise_right_shift(bits, 28 - KNOT_BITS, out=w).bitwise_and_((1 << 24) - 1)
+    f.copy_(w)                                                       # the 24-bit fraction, exact
+    base, slope = tables(out.device)
+    contiguous = out.is_contiguous()
+    flat = out.view(-1) if contiguous else torch.empty(w.numel(), dtype=torch.float32, device=out.device)
+    torch.index_select(slope, 0, t, out=flat)
+    flat.mul_(f)                                                     # f·slope, rounded
+    torch.index_select(base, 0, t, out=f)
+    flat.add_(f)                                                     # + base, rounded
+    if not contiguous:
+        out.copy_(flat.view(out.shape))
+
+
+def normal_from_words(words: torch.Tensor) -> torch.Tensor:
+    """The Gaussian values (float32, same shape and device) of int64 ``words`` — what
+    :func:`normal` applies to a stream's words; for tests and checks on crafted words."""
+    w = words.reshape(-1).clone()
+    out = torch.empty(words.shape, dtype=torch.float32, device=words.device)
+    _gaussian(w, torch.empty_like(w), torch.empty(w.shape, dtype=torch.float64, device=w.device),
+              torch.empty(w.shape, dtype=torch.float32, device=w.device), out)
+    return out
+
+
+def _sign_chunk(out: torch.Tensor, streams: tuple[torch.Tensor, ...], first_word: int) -> None:
+    """Rademacher elements of words ``first_word …`` (64 per word) into ``out`` (rows, 64·words)
+    float32: ±1.0 written as float bits ``0x3F800000 | bit << 31``, unpacked in pieces of at most
+    ``CPU_CHUNK`` elements (each word is hashed once, every bit of it used)."""
+    rows, cols = out.shape
+    words = cols // 64
+    device = out.device
+    w, t, _, _ = _SCRATCH.get(rows * words, device)
+    w, t = w.view(rows, words), t.view(rows, words)
+    k, g, steps = streams
+    _words(w, t, steps, torch.add(k, g, alpha=first_word))
+    halves = w.view(torch.int32).view(rows, words, 2, 1)             # bits 0–31, then 32–63
+    shifts = _bit_shifts(device)                                     # bit b to the sign bit
+    ints = out.view(torch.int32).view(rows, words, 2, 32)
+    step = max(1, CPU_CHUNK // (64 * rows)) if device.type == "cpu" else words
+    for s in range(0, words, step):
+        piece = ints[:, s:s + step]
+        torch.bitwise_left_shift(halves[:, s:s + step], shifts, out=piece)
+        piece.bitwise_and_(-(1 << 31)).bitwise_or_(0x3F800000)
+
+
+def _bit_shifts(device: torch.device) -> torch.Tensor:
+    key = "shifts:" + str(device)
+    if key not in _ARANGE:
+        _ARANGE[key] = torch.arange(31, -1, -1, dtype=torch.int32, device=device)
+    return _ARANGE[key]
+
+
+def _stream_tensors(keys: Sequence[tuple[int, int]], cols: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(k, γ, steps)`` on ``device``: ``k_r``, ``γ_r`` as signed (rows, 1) int64, and
+    ``steps[r, c] = (c + 1)·γ_r`` for c < cols, shared by every chunk of one draw.  A chunk's
+    offsets ``k_r + first·γ_r`` are one small device op: no per-chunk host-to-device copy."""
+    kg = torch.tensor([[signed64(k), signed64(g)] for k, g in keys], dtype=torch.int64).to(device)
+    k, g = kg[:, :1], kg[:, 1:]
+    return k, g, _counters(device, cols)[None, :] * g
+
+
+# -- drawing whole tensors ------------------------------------------------------------------
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max(1, min(8, torch.get_num_threads(), os.cpu_count() or 1)),
+                                   thread_name_prefix="zoopt-noise")
+    return _POOL
+
+
+def _forget_pool() -> None:
+    """A forked child has the parent's pool object but none of its threads: make a new one."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _run(chunks: list, work) -> None:
+    if len(chunks) <= 1:
+        for c in chunks:
+            work(c)
+    else:
+        list(_pool().map(work, chunks))
+
+
+def normal(keys: Sequence[tuple[int, int]], count: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(len(keys), count)`` float32: row r holds Gaussian elements ``0 … count − 1`` of stream
+    ``keys[r]`` (from :func:`stream_key`), computed on ``device``."""
+    device = torch.device(device)
+    out = torch.empty((len(keys), count), dtype=torch.float32, device=device)
+    if out.numel() == 0:
+        return out
+    step = min(count, max(1, (CPU_CHUNK if device.type == "cpu" else DEVICE_CHUNK) // len(keys)))
+    streams = _stream_tensors(keys, step, device)
+    _run([(s, min(s + step, count)) for s in range(0, count, step)],
+         lambda c: _normal_chunk(out[:, c[0]:c[1]], streams, c[0]))
+    return out
+
+
+def words(keys: Sequence[tuple[int, int]], count: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(len(keys), count)`` int64: the raw words ``w_0 … w_{count−1}`` of each stream (signed
+    view of the unsigned 64-bit values) — for tests and bit-equality checks."""
+    device = torch.device(device)
+    out = torch.empty((len(keys), count), dtype=torch.int64, device=device)
+    if out.numel():
+        k, g, steps = _stream_tensors(keys, count, device)
+        _words(out, torch.empty_like(out), steps, k)
+    return out
+
+
+def signs(keys: Sequence[tuple[int, int]], count: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``(len(keys), count)`` float32 of ±1: Rademacher elements ``0 … count − 1`` of each stream."""
+    device = torch.device(device)
+    words = -(-count // 64)
+    full = torch.empty((len(keys), words * 64), dtype=torch.float32, device=device)
+    if full.numel() == 0:
+        return full[:, :count]
+    step = min(words, max(1, (CPU_CHUNK // 8 if device.type == "cpu" else DEVICE_CHUNK // 64) // len(keys)))
+    streams = _stream_tensors(keys, step, device)
+    _run([(s, min(s + step, words)) for s in range(0, words, step)],
+         lambda c: _sign_chunk(full[:, 64 * c[0]:64 * c[1]], streams, c[0]))
+    return full[:, :count] if count != words * 64 else full
+
+
+__all__ = ["stream_key", "normal", "signs", "words", "normal_from_words", "mix64", "reference_words", "tables",
+           "table_checksum", "KNOT_BITS", "OCTAVES"]
