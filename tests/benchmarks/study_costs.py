@@ -7,7 +7,7 @@ study costs from them.  One JSON line per measured unit, then one line with the 
 The units are measured with the spec's own settings (model, objective, dtype, batch size, the
 ``es``/``grpo`` sections, ``eval``), as ``zoopt study`` runs them: the trainers of
 :mod:`zoopt.workflows.methods` on one engine with :func:`zoopt.workflows.schedule.phase_config`
-configs, each timed after one warm-up step, and :func:`zoopt.evaluate.evaluate` on
+configs, each timed after one warm-up step, and :func:`zoopt.workflows.evaluate.evaluate` on
 ``--eval-problems`` problems (its cost per problem scales to ``eval.n_problems``).  Each line has
 wall seconds and this process's CPU seconds (``time.process_time``).  The estimate counts the
 study's units from its plan (:func:`zoopt.workflows.study_seeds.plan_runs`): every run's steps,
@@ -51,7 +51,7 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
 
-    from zoopt.evaluate import evaluate
+    from zoopt.workflows.evaluate import evaluate
     from zoopt.study.spec import load_study_spec
     from zoopt.workflows.compare import shared_config
     from zoopt.workflows.builders import build_engine, build_objective

@@ -18,7 +18,7 @@ covers most problems at large k but solves many of them rarely (docs/results.md)
   generation throughput;
 * whether :data:`TARGET` is met, criterion by criterion.
 
-Sampling is that of :func:`zoopt.evaluate.evaluate` with ``batch_size = chunk``: chunk ``b`` of
+Sampling is that of :func:`zoopt.workflows.evaluate.evaluate` with ``batch_size = chunk``: chunk ``b`` of
 ``chunk`` problems is one ``generate`` call with sampling seed ``seed + b``, so Pass@k here
 equals ``zoopt eval``'s at the same settings.  Each finished chunk is written to
 ``chunks/chunk-<b>.json`` (atomically); re-running the same command in the same directory
