@@ -114,6 +114,9 @@ class FunctionObjective(Objective):
     def gold_answer(self, row: dict) -> str | None:
         return self.data.gold_answer(row)
 
+    def failure_mode(self, prompt, completion: str, row: dict) -> str:
+        return self.data.failure_mode(prompt, completion, row)
+
 
 def _from_file(path: str, attr: str) -> Any:
     try:  # the plugin loader's import: a file given both ways is imported once

@@ -212,6 +212,16 @@ class Countdown(Objective):
     def gold_answer(self, row: dict) -> str | None:
         return str(int(row["target"]))
 
+    def failure_mode(self, prompt, completion: str, row: dict) -> str:
+        """Of an incorrect completion: ``"no_answer"`` without an ``<answer>…</answer>`` block,
+        ``"format"`` when the last block's content is not an expression of the whitelisted
+        characters that evaluates, ``"wrong"`` when it evaluates (to another value, or with the
+        numbers not used exactly once)."""
+        content = last_answer(completion)
+        if content is None:
+            return "no_answer"
+        return "format" if _evaluate(content) is None else "wrong"
+
 
 def _reaches(expression: str, value: Fraction) -> bool:
     """Whether the reward's own evaluator gives ``value`` (within 1e-5) for ``expression``."""

@@ -71,7 +71,7 @@ def test_sweep_help_lists_every_packaged_spec():
 
 def test_study_help_lists_every_shipped_study():
     shipped = sorted(p.stem for p in (ROOT / "zoopt" / "configs" / "studies").glob("*.yaml"))
-    assert shipped == ["paper-easy", "paper-hard", "paper-toy"]
+    assert shipped == ["coverage", "paper-easy", "paper-hard", "paper-toy"]
     assert " | ".join(shipped) in help_of("study")
 
 

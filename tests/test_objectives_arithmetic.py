@@ -161,3 +161,21 @@ def test_registered_and_is_correct():
     objective = objectives.get("arithmetic", digits=2)
     assert isinstance(objective, Arithmetic)
     assert objective.is_correct([1.0, 0.0, None, 0.99]) == [True, False, False, False]
+
+
+def test_digits_pair_gives_each_operand_its_own_length():
+    objective = Arithmetic(digits=[2, 1], operators="+-")
+    problems = objective.problems("test", 300)
+    assert all(10 <= a <= 99 and 0 <= b <= 9 for a, _, b in problems)
+    assert {op for _, op, _ in problems} == {"+", "-"}
+    sizes = objective.split_size("train"), objective.split_size("test")
+    assert sum(sizes) == 2 * 90 * 10 and sizes == (1463, 337)
+    assert len(set(map(tuple, objective.problems("test", 337)))) == 337
+    assert Arithmetic(digits=[3, 1]).split_size("test") is None  # not counted past two digits
+    assert Arithmetic(digits=[2, 2]).problems("train", 7) == Arithmetic(digits=2).problems("train", 7)
+
+
+@pytest.mark.parametrize("digits", [0, 19, [2], [2, 1, 1], [2, 0], "2", [True, 1]])
+def test_bad_digits_is_one_line_naming_digits(digits):
+    with pytest.raises(ValueError, match="digits must be an integer in 1..18 or a pair"):
+        Arithmetic(digits=digits)

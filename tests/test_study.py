@@ -144,7 +144,7 @@ def test_unknown_profile_and_spec_and_the_cli_line(capsys):
     with pytest.raises(ConfigError, match="unknown profile 'fast'.*has: smoke"):
         load_study_spec("paper-toy", "fast")
     assert main(["study", "paper-tiny"]) == 2
-    assert "zoopt study: error: study spec not found: paper-tiny (shipped: paper-easy, paper-hard, paper-toy)" \
+    assert "zoopt study: error: study spec not found: paper-tiny (shipped: coverage, paper-easy, paper-hard, paper-toy)" \
         in capsys.readouterr().err
 
 

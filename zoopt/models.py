@@ -9,6 +9,9 @@ name, and every tokenizer it returns pads on the left (pad token = EOS when it h
   plain HF directory under ``cache_dir()/models/smollm2-135m``; ~25 s once, seconds after).
   The build happens in a temporary directory that is renamed into place, under a file lock,
   so a killed build never leaves a half-written cache and two processes never build at once.
+- the name of a model built into the cache (``cache_dir()/models/<name>`` with a
+  ``zoopt_build.json``): a warm-up of :mod:`zoopt.warmups`, which the workflows build on first
+  use, read from there like any HF directory;
 - ``"tiny"`` / ``"tiny:SEED"`` — a randomly initialised 2-layer Llama (hidden 64) with a
   character-level tokenizer and no chat template, identical for the same seed, for fast tests.
 - anything else — a local HF directory (or, where the hub is reachable, a hub id) read with
@@ -77,7 +80,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: 
         for param in model.parameters():  # not .to(dtype): rotary buffers stay fp32, as in from_pretrained
             param.data = param.data.to(torch_dtype)
     else:
-        path = ensure_embedded() if name == EMBEDDED else Path(name).expanduser()
+        path = (ensure_embedded() if name == EMBEDDED else cached_build(name) or Path(name).expanduser())
         model, tokenizer = _from_pretrained(name, path, torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -132,6 +135,14 @@ def embedded_gguf() -> Path:
 def ensure_embedded() -> Path:
     """Build the embedded model's HF directory if it is not cached yet; return the directory."""
     return build_cached(cache_dir() / "models" / EMBEDDED, build_smollm2)
+
+
+def cached_build(name: str) -> Path | None:
+    """The cache directory of a model zoopt built under ``name`` (it holds ``zoopt_build.json``), or None."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    path = cache_dir() / "models" / name
+    return path if (path / "zoopt_build.json").is_file() else None
 
 
 def build_cached(dest: Path, build: Callable[[Path], None]) -> Path:

@@ -34,6 +34,8 @@ import numpy as np
 from .registry import resolve_target
 
 SPLITS = ("train", "test")
+#: the kinds of failure :meth:`Objective.failure_mode` tells apart
+FAILURE_MODES = ("wrong", "no_answer", "format")
 OBJECTIVES_LOAD = "objectives:load"  # the plugin package's loader: a lazy target, never an import
 
 
@@ -111,6 +113,26 @@ class Objective:
         """The canonical gold answer of a dataset row, comparable with :meth:`extract_answer`."""
         answer = row.get("answer")
         return None if answer is None else str(answer)
+
+    def failure_mode(self, prompt: Any, completion: str, row: dict) -> str:
+        """Why an incorrect ``completion`` of the problem ``row`` failed, one of
+        :data:`FAILURE_MODES`, read through the objective's own answer extraction:
+
+        * ``"no_answer"`` — :meth:`extract_answer` finds no answer;
+        * ``"format"`` — the answer is right but the reward rejects its form (the extracted
+          answer equals :meth:`gold_answer`); objectives refine this (arithmetic: the right
+          value is written but is not the last number);
+        * ``"wrong"`` — an answer that is not the gold one.
+
+        Only called for completions the reward judged incorrect.  An objective without
+        :meth:`extract_answer` calls every failure ``"wrong"``."""
+        try:
+            answer = self.extract_answer(completion)
+        except NotImplementedError:
+            return "wrong"
+        if answer is None:
+            return "no_answer"
+        return "format" if answer == self.gold_answer(row) else "wrong"
 
     def take_timeouts(self) -> int:
         """Completions this objective scored 0.0 since the last call because checking them ran

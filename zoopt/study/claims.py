@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from .verdict import NOT_DRAWN, REPRODUCED, CONTRADICTED, Verdict, judge, not_drawn, paired
 
-TITLES = {"C1": "reasoning coverage (Pass@k of base, ES, GRPO)", "C2": "entropy",
+TITLES = {"C1": "reasoning coverage (Pass@k of base, ES, GRPO)",
+          "C1S": "C1's strong form: below the base at large k? (seeds, checkpoints, temperatures)",
+          "C2": "entropy",
           "C3": "drift and sparsity", "C4": "reward shaping", "C5": "estimator", "C6": "population size",
           "C7": "schedules ES→GRPO and GRPO→ES", "C8": "population coverage (Lemmas 2–3)"}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..reporting import plots
 from ..runs.jsonable import jsonable
+from . import narrowing
 from .claims import TITLES, summarise
 
 INCONCLUSIVE_RULE = ("A verdict is drawn from a paired bootstrap over the held-out problems (2000 resamples, "
@@ -52,11 +53,20 @@ def _plots(study_dir: Path, spec: dict, results: dict, claims: dict) -> list[str
                                         study_dir / "c8_coverage.png"))
     if "C3" in claims:
         out += claims["C3"].get("plots", [])
+    if "C1S" in claims:
+        numbers = claims["C1S"]["numbers"]
+        temperatures = sorted({float(r["temperature"]) for rows in numbers["points"].values() for r in rows})
+        for t in temperatures:
+            name = "coverage_pass_at_k.png" if t == float(spec["eval"]["temperature"]) else f"coverage_pass_at_k_T{t:g}.png"
+            out.append(plots.plot_pass_at_k(narrowing.curves(numbers, t), study_dir / name))
+        out.append(plots.plot_reward_curves(numbers["training_reward"], study_dir / "training_reward.png"))
     return [str(p) for p in out]
 
 
-def write_report(study_dir: Path, spec: dict, tuned: dict, results: dict, claims: dict) -> dict:
-    """Write ``report.json``, ``report.md`` and the plots; return the report."""
+def write_report(study_dir: Path, spec: dict, tuned: dict, results: dict, claims: dict,
+                 wall: dict | None = None) -> dict:
+    """Write ``report.json``, ``report.md`` and the plots; return the report.  ``wall``: the
+    study's wall time (``total_s`` over its ``segments``, one per invocation)."""
     figures = _plots(study_dir, spec, results, claims)
     ks = [int(k) for k in spec["eval"]["ks"]]
     runs = {r: {"schedule": " → ".join(p["method"] for p in res["phases"]) or "base",
@@ -69,7 +79,7 @@ def write_report(study_dir: Path, spec: dict, tuned: dict, results: dict, claims
     report = jsonable({"name": spec["name"], "profile": spec["profile"], "written": time.strftime("%Y-%m-%d %H:%M:%S"),
                         "rule": INCONCLUSIVE_RULE, "spec": spec, "tuning": tuned, "runs": runs,
                         "claims": {c: {"title": TITLES[c], "summary": summarise(v["verdicts"]), **v}
-                                   for c, v in claims.items()}, "plots": figures})
+                                   for c, v in claims.items()}, "plots": figures, "wall_time": wall})
     (study_dir / "report.json").write_text(json.dumps(report, indent=2))
     (study_dir / "report.md").write_text(markdown(report))
     return report
@@ -80,7 +90,8 @@ def markdown(report: dict) -> str:
     lines += [f"# Study `{report['name']}` (profile `{report['profile']}`)", "",
               f"Model `{spec['model']}`, objective `{spec['objective']}`, budget {spec['budget']} sampled completions "
               f"per method, held-out evaluation: {spec['eval']['n_problems']} problems × {spec['eval']['n_samples']} "
-              f"samples at T = {spec['eval']['temperature']}.", "", report["rule"], "",
+              f"samples at T = {spec['eval']['temperature']}.", "", *_wall_lines(report.get("wall_time")),
+              report["rule"], "",
               "| claim | hypothesis | verdict | mean diff | 95 % CI | margin |", "|---|---|---|---|---|---|"]
     for cid, claim in report["claims"].items():
         for v in claim["verdicts"]:
@@ -107,12 +118,47 @@ def markdown(report: dict) -> str:
         for v in claim["verdicts"]:
             note = f" ({v['note']})" if v["note"] else ""
             lines.append(f"- {v['statement']}: **{v['verdict']}**{note}")
+        if cid == "C1S":
+            lines += ["", *_coverage_table(claim["numbers"])]
+            continue
         lines += ["", "```json", json.dumps(_brief(claim["numbers"]), indent=1), "```"]
     lines += ["", "Plots: " + ", ".join(f"`{Path(p).name}`" for p in report["plots"]), ""]
     return "\n".join(lines)
 
 
+def _wall_lines(wall: dict | None) -> list[str]:
+    if not wall:
+        return []
+    return [f"Wall time: {wall['total_s'] / 3600:.2f} h ({wall['total_s']:.0f} s) over {len(wall['segments'])} "
+            f"invocation(s), as recorded after each unit of work (a killed invocation loses its last unit's time).", ""]
+
+
+def _coverage_table(numbers: dict) -> list[str]:
+    """C1S: every point of every method (seed means, points), its difference from the base at K
+    with the CI over problems and over seeds."""
+    K = numbers["K"]
+    lines = [f"First point whose Pass@{K} CI lies wholly below the base: "
+             + ", ".join(f"{m}: {v or 'none'}" for m, v in numbers["first_below_base_at_K"].items()), "",
+             f"| method | point | T | completions | seeds | Pass@1 | Pass@{K} | base Pass@{K} | Δ Pass@{K} (points) "
+             f"| 95 % CI over problems | 95 % CI over seeds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for method, by_t in numbers.get("sizing", {}).items():
+        for t, z in by_t.items():
+            lines.insert(1, f"Sizing ({method}, T = {t}): sd of the per-problem Pass@{K} difference {z['sd_d']:.4f} over "
+                            f"{z['problems']} problems → {z['problems_needed']} problems resolve {100 * z['delta']:g} "
+                            f"points at 80 % power.")
+    for method, rows in numbers["points"].items():
+        for r in rows:
+            one, at = r["by_k"]["1"], r["by_k"][str(K)]
+            ci, cs = at["ci_problems"], at["ci_seeds"]
+            lines.append(f"| {method} | {r['label']} | {float(r['temperature']):g} | {r['completions']} | {at['seeds']} "
+                         f"| {100 * one['method']:.1f} | {100 * at['method']:.1f} | {100 * at['base']:.1f} "
+                         f"| {100 * at['difference']:+.1f} | "
+                         + (f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "–") + " | "
+                         + (f"[{100 * cs[0]:+.1f}, {100 * cs[1]:+.1f}]" if cs else "–") + " |")
+    return lines
+
+
 def _brief(numbers: dict) -> dict:
     """The numbers without long per-item lists (curves, rates): those are in report.json."""
-    drop = ("training_curves", "rates", "per_problem_difference")
+    drop = ("training_curves", "rates", "per_problem_difference", "training_reward")
     return {k: (_brief(v) if isinstance(v, dict) else v) for k, v in numbers.items() if k not in drop}

@@ -19,7 +19,7 @@ import yaml
 
 from ..config import ConfigError, absolute_paths, config_items, packaged_names, read_yaml_spec, set_dotted
 
-CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8")
+CLAIMS = ("C1", "C1S", "C2", "C3", "C4", "C5", "C6", "C7", "C8")
 OPEN = ("es", "grpo", "tuning.es", "tuning.grpo", "profiles", "objective_args", "engine_args")
 SHIPPED = tuple(packaged_names("zoopt.configs", "studies"))  # zoopt/configs/studies/*.yaml
 
@@ -93,3 +93,11 @@ def check(spec: dict) -> None:
     for s in spec["c3"]["sparsity"]:
         if not 0 < float(s) < 1:
             raise ConfigError(f"c3.sparsity values must lie in (0, 1), got {s!r}")
+    seeds = spec["seeds"]
+    if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds)
+                              or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        raise ConfigError(f"seeds must be null or a non-empty list of distinct integers ≥ 0, got {seeds!r}")
+    temps = spec["final_temperatures"]
+    if temps is not None and (not isinstance(temps, list) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 for t in temps)):
+        raise ConfigError(f"final_temperatures must be null or a list of numbers > 0, got {temps!r}")

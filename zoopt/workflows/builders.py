@@ -23,6 +23,7 @@ from ..objective import load_objective
 from ..plugins import is_file_spec
 from ..registry import ENGINES, ESTIMATORS, build
 from ..updates import rule_from_config
+from ..warmups import ensure_warmup
 from .evaluate import EvalResult, evaluate
 
 
@@ -42,6 +43,7 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
     raises :class:`~zoopt.extras.MissingDependency` naming the extra.
     """
     engine_cls = ENGINES.get(cfg["engine"])
+    ensure_warmup(str(cfg["model"]))  # a named warm-up model is built into the cache on first use
     options = dict(cfg.get("engine_args") or {})
     cache = noise_cache_bytes(cfg.get("noise_cache_gb", 0), str(cfg["device"]), engines_on_host)
     if cache:
@@ -61,7 +63,7 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
         if bad is None:
             raise
         raise ConfigError(f"engine_args.{bad.group(1)}: not an option of the {cfg['engine']!r} engine") from None
-    if objective is not None and objective.system_prompt:
+    if objective is not None and objective.system_prompt is not None:  # "" too: an empty system turn
         engine.system_prompt = objective.system_prompt
     engine.model_name, engine.model_dtype = str(cfg["model"]), str(cfg["dtype"])
     return engine

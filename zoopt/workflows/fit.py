@@ -92,7 +92,7 @@ def fit(engine, objective, es: ES, *, steps: int, prompts_per_step: int, samplin
     elif engine.model_name is None:  # resumed on an engine built around a model object: its base is the log's
         header = SeedLog.load(where.seedlog_path).header
         cfg["model"], cfg["dtype"] = header["model"], header["dtype"]
-    if isinstance(objective, Objective) and objective.system_prompt and engine.system_prompt is None:
+    if isinstance(objective, Objective) and objective.system_prompt is not None and engine.system_prompt is None:
         engine.system_prompt = objective.system_prompt  # as zoopt train's build_engine does
     trainer = ESRun(cfg, where.path, engine, objective, es, sampling, base=base, objects=objects(engine, objective, es))
     return run_loop(trainer, TrainProgress(console=console, enabled=progress), [report, *callbacks])

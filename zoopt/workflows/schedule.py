@@ -130,7 +130,8 @@ def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | 
     """Run each phase in order on ``engine``; one summary dict per phase (JSON-able).
 
     Phase ``i`` writes ``run_dir/phase{i}-{method}/`` (``config.yaml``, ``metrics.jsonl`` and,
-    for ES, ``seedlog.json``).
+    for ES, ``seedlog.json``); with ``checkpoint_every = k`` in its config also
+    ``checkpoint-N/``, an HF directory of the weights after every k-th step N before its last.
     """
     run_dir = Path(run_dir)
     summaries = []
@@ -153,8 +154,11 @@ def _run_phase(i: int, phase: PlannedPhase, phase_dir: Path, engine, objective, 
     if phase.method == "es" and i > 0:
         cfg["model"] = str(engine.export_pretrained(phase_dir / "start_model"))
     trainer = start_run(phase.method, cfg, phase_dir, engine=engine, objective=objective)
+    every = int(cfg.get("checkpoint_every") or 0)
     while trainer.steps_done < phase.steps:  # an ES phase with a seed log resumes where it stopped
         record = trainer.step()
+        if every and trainer.steps_done % every == 0 and trainer.steps_done < phase.steps:
+            engine.export_pretrained(trainer.run_dir.checkpoint_path(trainer.steps_done))
         if log:
             log(f"{phase_dir.name} step {record['step']}: reward {record['reward_mean']:.4f}")
     return [r["reward_mean"] for r in trainer.run_dir.read_metrics() if "reward_mean" in r]

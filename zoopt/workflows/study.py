@@ -19,7 +19,14 @@ Stages, each resumable (re-run the same command: what is finished is read back, 
    (:func:`zoopt.workflows.coverage.population_coverage` around the ES model);
 4. **report**: :mod:`zoopt.study.report` writes ``report.md``, ``report.json`` and the plots.
 
-Layout of the study directory: ``spec.yaml``, ``tuning/``, ``runs/<name>/``, ``analysis/``,
+With ``seeds`` every trained run is repeated per training seed, with ``es.checkpoint_every`` /
+``grpo.checkpoint_every`` its checkpoints are evaluated along the way, and with
+``final_temperatures`` its final weights (and the base) at more temperatures
+(:mod:`zoopt.workflows.study_seeds`); claim C1S reads them (:mod:`zoopt.study.narrowing`).
+The study's wall time over all invocations is kept in ``wall_time.json`` and reported.
+
+Layout of the study directory: ``spec.yaml``, ``tuning/``, ``runs/<name>/`` (with
+``checkpoints/`` and ``eval-T<T>.json`` when asked), ``analysis/``, ``wall_time.json``,
 ``report.md``, ``report.json``, ``*.png``.
 """
 
@@ -39,11 +46,13 @@ from ..objective import load_split
 from ..runs.jsonable import jsonable
 from ..runs.references import load_base, load_params
 from ..study import claims as C
+from ..study.narrowing import c1_strong
 from ..study.report import write_report
 from .analyze import analyze, evaluate_model, tau_dirname
 from .builders import build_objective
-from .compare import eval_config, plan_methods, run_method, shared_config
+from .compare import eval_config, run_method
 from .coverage import population_coverage
+from .study_seeds import WallClock, coverage_points, extra_evaluations, model_eval_config, plan_runs, pooled_eval
 from .tuning import base_validation, grid_size, tune, untuned
 
 COMPARE_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -62,7 +71,7 @@ def methods_for(spec: dict) -> dict[str, list]:
     """The schedules (``compare`` methods) the spec's claims need."""
     claims, es, grpo = set(spec["claims"]), {"method": "es", "budget_fraction": 1.0}, {"method": "grpo", "budget_fraction": 1.0}
     m = {"base": [], "es": [es]}
-    if claims & {"C1", "C2", "C3", "C7"}:
+    if claims & {"C1", "C1S", "C2", "C3", "C7"}:
         m["grpo"] = [grpo]
     if "C4" in claims:
         m["es_raw"] = [{**es, "overrides": {"shaping": "raw"}}]
@@ -113,30 +122,36 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     objective = build_objective(spec)
     check_data(spec, objective)
     _check_resume(study_dir, spec)
-    methods = methods_for(spec)
+    clock = WallClock(study_dir / "wall_time.json")
     tuning_on = bool(spec["tuning"]["enabled"])
-    units = (1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0) + len(methods) + 2
     columns = (TextColumn("[bold]study {task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.description}"))
     with Progress(*columns, disable=quiet) as bar:
-        task = bar.add_task("tuning", total=units, name=spec["name"])
+        task = bar.add_task("tuning", total=None, name=spec["name"])
         tuned = _tuning(spec, study_dir / "tuning", bar, task, tuning_on)
+        clock.tick()
         cfg = compare_config(spec, tuned, study_dir / "runs")
-        planned = plan_methods(cfg, len(objective.dataset("train")))
+        runs = plan_runs(spec, cfg, len(objective.dataset("train")))
+        tuning_units = 1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0
+        bar.update(task, total=tuning_units + len(runs) + 2)
         evals, results = {}, {}
-        for name, phases in planned.items():
+        for name, run in runs.items():
             bar.update(task, description=f"run {name}")
-            results[name] = _run(name, phases, cfg, study_dir / "runs" / name, objective)
-            evals[name] = json.loads((study_dir / "runs" / name / "eval.json").read_text())
+            run_dir = study_dir / "runs" / name
+            results[name] = _run(name, run["phases"], run["shared"], eval_config(cfg), run_dir, objective)
+            evals[name] = json.loads((run_dir / "eval.json").read_text())
+            extra_evaluations(spec, cfg, results[name], run_dir, lambda text: bar.update(task, description=text))
             bar.advance(task)
+            clock.tick()
         bar.update(task, description="analysis C3")
         c3 = _c3(spec, cfg, results, study_dir / "analysis" / "c3") if "C3" in spec["claims"] else None
         bar.advance(task)
         bar.update(task, description="analysis C8")
         c8 = _c8(spec, cfg, results, study_dir / "analysis") if "C8" in spec["claims"] else None
         bar.advance(task)
-    outcome = _claims(spec, tuned, evals, results, c3, c8, study_dir)
-    report = write_report(study_dir, spec, tuned, results, outcome)
+        clock.tick()
+    outcome = _claims(spec, tuned, evals, results, c3, c8, study_dir, runs)
+    report = write_report(study_dir, spec, tuned, results, outcome, wall=clock.tick())
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
 
@@ -168,7 +183,7 @@ def _tuning(spec, out: Path, bar, task, enabled: bool) -> dict:
     return tuned
 
 
-def _run(name: str, phases, cfg: dict, run_dir: Path, objective) -> dict:
+def _run(name: str, phases, shared: dict, eval_cfg: dict, run_dir: Path, objective) -> dict:
     done = run_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -176,7 +191,7 @@ def _run(name: str, phases, cfg: dict, run_dir: Path, objective) -> dict:
         phase_dir = run_dir / f"phase{i}-{phase.method}"
         if phase.method == "grpo" and phase_dir.exists():
             shutil.rmtree(phase_dir)
-    spec = {"name": name, "dir": str(run_dir), "shared": shared_config(cfg), "eval": eval_config(cfg),
+    spec = {"name": name, "dir": str(run_dir), "shared": shared, "eval": eval_cfg,
             "phases": [p.to_dict() for p in phases]}
     result = run_method(spec, objective=objective)
     done.write_text(json.dumps(jsonable(result), indent=2))
@@ -184,7 +199,7 @@ def _run(name: str, phases, cfg: dict, run_dir: Path, objective) -> dict:
 
 
 def _eval_cfg(cfg: dict, model: str) -> dict:
-    return {**shared_config(cfg), **eval_config(cfg), "model": model}
+    return model_eval_config(cfg, model)
 
 
 def sparsity_taus(base, trained, levels) -> list[float]:
@@ -239,12 +254,12 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     return record
 
 
-def _curves(results: dict, key: str) -> dict:
-    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ES and GRPO."""
+def _curves(results: dict, key: str, names=("es", "grpo")) -> dict:
+    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ``names``."""
     from ..runs.rundir import RunDir
 
     out = {}
-    for name in ("es", "grpo"):
+    for name in names:
         if name not in results:
             continue
         points, used = [], 0
@@ -259,14 +274,20 @@ def _curves(results: dict, key: str) -> dict:
     return out
 
 
-def _claims(spec, tuned, evals, results, c3, c8, study_dir) -> dict:
+def _claims(spec, tuned, evals, results, c3, c8, study_dir, runs) -> dict:
     moved = {m: tuned[m]["moved"] for m in ("es", "grpo")}
     ks, seed, claims = [int(k) for k in spec["eval"]["ks"]], int(spec["bootstrap_seed"]), {}
     for cid in spec["claims"]:
         if cid == "C1":
             claims[cid] = C.c1(evals, ks, moved, seed)
+        elif cid == "C1S":
+            points, base = coverage_points(spec, runs, results, evals, study_dir)
+            claims[cid] = c1_strong(points, base, ks, seed)
+            trained = [n for n, r in runs.items() if r["phases"]]
+            claims[cid]["numbers"]["training_reward"] = _curves(results, "reward_mean", trained)
         elif cid == "C2":
-            claims[cid] = C.c2(evals, _curves(results, "entropy"), moved, seed)
+            pooled = {m: pooled_eval(evals, runs, m, "entropy") for m in ("es", "grpo")}
+            claims[cid] = C.c2({**evals, **pooled}, _curves(results, "entropy"), moved, seed)
         elif cid == "C3":
             claims[cid] = C.c3(c3["drift"], c3["shares"], c3["thresholds"], evals, float(spec["c3"]["margin"]),
                                moved, seed)

@@ -1,0 +1,158 @@
+"""``zoopt study coverage``: training seeds, checkpoints evaluated along the way, final models at
+more temperatures, C1S's numbers (exact on constructed evaluations), resume and wall time."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoopt.config import ConfigError
+from zoopt.metrics import pass_at_k
+from zoopt.study.narrowing import c1_strong, curves, point_difference
+from zoopt.study.spec import load_study_spec
+from zoopt.study.verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED
+from zoopt.workflows import study as study_flow
+from zoopt.workflows import study_seeds
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_study import LooseDigits  # noqa: E402
+
+
+class AnyArgsDigits(LooseDigits):
+    """LooseDigits that ignores the coverage spec's arithmetic arguments."""
+
+    def __init__(self, **_):
+        pass
+
+
+OBJECTIVE = f"objective={Path(__file__).resolve()}:AnyArgsDigits"
+
+
+def smoke(*sets: str) -> dict:
+    return load_study_spec("coverage", "smoke", [OBJECTIVE, *sets])
+
+
+def quiet(spec: dict, out: Path) -> dict:
+    return study_flow.run_study(spec, out=out, quiet=True, log=lambda *a: None)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_smoke_runs_seeds_checkpoints_and_temperatures_then_resumes(tmp_path, monkeypatch):
+    out = tmp_path / "s"
+    report = quiet(smoke(), out)
+    runs = out / "runs"
+    assert sorted(report["runs"]) == ["base", "es", "es-s1", "grpo", "grpo-s1"]
+    # budget 32: ES 4 steps of 4 members × 2 prompts, GRPO 4 steps of 2 prompts × 4; a checkpoint every 2 steps
+    for name in ("es", "es-s1", "grpo", "grpo-s1"):
+        method = name.split("-")[0]
+        assert [p.name for p in (runs / name / "checkpoints").iterdir()] == [f"phase0-{method}-2.json"]
+        assert not list((runs / name / f"phase0-{method}").glob("checkpoint-*"))  # evaluated, then removed
+        assert json.loads((runs / name / "eval-T1.json").read_text())["summary"]["temperature"] == 1.0
+    assert (runs / "base" / "eval-T1.json").exists()
+    # the seed changes training, not the evaluation
+    es0 = json.loads((runs / "es" / "phase0-es" / "seedlog.json").read_text())
+    es1 = json.loads((runs / "es-s1" / "phase0-es" / "seedlog.json").read_text())
+    assert es0["updates"][0]["seeds"] != es1["updates"][0]["seeds"]
+    assert {json.loads((runs / n / "eval.json").read_text())["summary"]["seed"] for n in report["runs"]} == {0}
+    c1s = report["claims"]["C1S"]
+    assert [v["statement"] for v in c1s["verdicts"]] == [
+        f"{m} falls below the base at Pass@4 (final weights, T = {t})" for m in ("GRPO", "ES") for t in ("0.6", "1")]
+    points = c1s["numbers"]["points"]["grpo"]
+    assert [(p["label"], p["temperature"], p["completions"]) for p in points] == [
+        ("step 2", 0.6, 16), ("final", 0.6, 32), ("final", 1.0, 32)]
+    assert all(p["by_k"]["4"]["seeds"] == 2 for p in points)
+    assert (out / "coverage_pass_at_k.png").stat().st_size > 0 and (out / "coverage_pass_at_k_T1.png").exists()
+    reward = c1s["numbers"]["training_reward"]  # GRPO's train reward: is it saturating?
+    assert sorted(reward) == ["es", "es-s1", "grpo", "grpo-s1"] and [x for x, _ in reward["grpo"]] == [8, 16, 24, 32]
+    assert (out / "training_reward.png").exists()
+    wall = json.loads((out / "wall_time.json").read_text())
+    assert len(wall["segments"]) == 1 and report["wall_time"]["total_s"] == wall["total_s"] > 0
+    assert "Wall time:" in (out / "report.md").read_text()
+
+    # a kill after grpo-s1 trained, before its extra evaluations: only those are redone
+    kept = (runs / "es" / "checkpoints" / "phase0-es-2.json").read_text()
+    (runs / "grpo-s1" / "eval-T1.json").unlink()
+    (runs / "grpo-s1" / "checkpoints" / "phase0-grpo-2.json").unlink()
+    monkeypatch.setattr(study_flow, "run_method", lambda *a, **k: pytest.fail("a finished run ran again"))
+    again = quiet(smoke(), out)
+    assert (runs / "grpo-s1" / "eval-T1.json").exists()
+    assert (runs / "es" / "checkpoints" / "phase0-es-2.json").read_text() == kept
+    # the checkpoint's weights were gone, so its evaluation is not redone: the point has one seed left
+    assert again["claims"]["C1S"]["numbers"]["points"]["grpo"][0]["by_k"]["4"]["seeds"] == 1
+    assert again["claims"]["C1S"]["verdicts"] == c1s["verdicts"]
+    assert len(json.loads((out / "wall_time.json").read_text())["segments"]) == 2
+
+
+def test_plan_runs_names_and_seeds():
+    spec = load_study_spec("coverage", "smoke", ["seeds=[3, 5]", "seed=7"])
+    cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))
+    runs = study_seeds.plan_runs(spec, cfg, 16)
+    assert list(runs) == ["base", "es", "grpo", "es-s5", "grpo-s5"]
+    assert [(runs[n]["seed"], runs[n]["phases"][0].cfg["seed"]) for n in ("es", "grpo-s5")] == [(3, 3), (5, 5)]
+    assert study_flow.eval_config(cfg)["seed"] == 7  # every run is evaluated with the spec's seed
+    assert study_seeds.training_seeds(load_study_spec("paper-toy", None, ["seed=4"])) == [4]
+
+
+@pytest.mark.parametrize("sets,message", [
+    (["seeds=[1, 1]"], "seeds must be null or a non-empty list of distinct integers"),
+    (["seeds=[]"], "seeds must be null or a non-empty list"),
+    (["seeds=[-1]"], "integers ≥ 0"),
+    (["final_temperatures=[0]"], "final_temperatures must be null or a list of numbers > 0"),
+    (["final_temperatures=1.0"], "final_temperatures must be null or a list"),
+])
+def test_bad_seeds_and_temperatures_are_one_line(sets, message):
+    with pytest.raises(ConfigError) as info:
+        load_study_spec("coverage", None, sets)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def _eval(counts, n=4, ks=(1, 2, 4)):
+    return {"summary": {}, "per_problem": [{f"pass@{k}": pass_at_k(n, c, k) for k in ks} for c in counts]}
+
+
+def test_point_difference_numbers_are_exact():
+    base = _eval([4, 1, 0, 2])                       # pass@4: 1, 1, 0, 1
+    seeds = [_eval([4, 0, 0, 2]), _eval([4, 0, 0, 0])]  # pass@4: 1, 0, 0, 1  and  1, 0, 0, 0
+    at = point_difference(seeds, base, 4)
+    assert at["per_seed"] == [-0.25, -0.5]
+    assert at["difference"] == pytest.approx(-0.375) and at["base"] == 0.75 and at["method"] == pytest.approx(0.375)
+    assert at["ci_problems"][1] <= 0 and at["ci_seeds"][0] >= -0.5 and at["ci_seeds"][1] <= -0.25
+    one = point_difference(seeds, base, 1)  # pass@1 = c/4
+    assert one["per_seed"] == [-1 / 16, -3 / 16] and one["difference"] == -1 / 8
+
+
+def test_c1_strong_verdicts_read_below_as_reproduced():
+    counts = [0] * 20 + [2] * 20                       # the base's pass@4: 0 on half the problems, 1 on the others
+    base = {"0.6": _eval(counts), "1.0": _eval(counts)}
+    below = [_eval([0] * 40), _eval([0] * 40)]
+    above = [_eval([4] * 40), _eval([4] * 40)]
+    points = {"grpo": [{"label": "step 10", "step": 10, "completions": 80, "temperature": 0.6, "final": False,
+                        "evals": above},
+                       {"label": "final", "step": 20, "completions": 160, "temperature": 0.6, "final": True,
+                        "evals": below},
+                       {"label": "final", "step": 20, "completions": 160, "temperature": 1.0, "final": True,
+                        "evals": [_eval(counts)] * 2}],
+              "es": [{"label": "final", "step": 2, "completions": 160, "temperature": 0.6, "final": True,
+                      "evals": above}]}
+    out = c1_strong(points, base, [1, 2, 4])
+    assert [(v.statement, v.verdict) for v in out["verdicts"]] == [
+        ("GRPO falls below the base at Pass@4 (final weights, T = 0.6)", REPRODUCED),
+        ("GRPO falls below the base at Pass@4 (final weights, T = 1)", INCONCLUSIVE),
+        ("ES falls below the base at Pass@4 (final weights, T = 0.6)", CONTRADICTED)]
+    assert out["verdicts"][0].mean == 0.5 and out["verdicts"][2].mean == -0.5  # base − method at Pass@4
+    assert out["numbers"]["first_below_base_at_K"] == {"grpo": "final", "es": None}
+    lines = curves(out["numbers"], 0.6)
+    assert list(lines) == ["base", "GRPO step 10", "GRPO final", "ES final"]
+    assert lines["base"] == {1: 0.25, 2: pytest.approx(5 / 12), 4: 0.5} and lines["GRPO final"][4] == 0.0
+
+
+def test_sizing_is_the_paired_formula_on_the_seed_averaged_differences():
+    from zoopt.study.narrowing import held_out_size
+
+    d = [0.3, -0.3] * 50                          # sd (ddof 1) = 0.3 · sqrt(100/99)
+    z = held_out_size(d, seeds=3)
+    sd = 0.3 * (100 / 99) ** 0.5
+    assert z["sd_d"] == pytest.approx(sd) and z["problems"] == 100 and z["seeds"] == 3
+    assert z["problems_needed"] == math.ceil((2.8015876 * sd / 0.03) ** 2) == 793

@@ -1,0 +1,71 @@
+"""Named warm-up models: the embedded model after a short supervised warm-up on a task's *train*
+split (:mod:`zoopt.sft`), built once into the model cache and then loaded by name like any model.
+
+A recipe is ``base`` (a model name), ``objective`` (a registered name) with ``objective_args``,
+the first ``problems`` of its *train* split, the completion ``target`` (formatted with the row's
+columns), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``, ``seed``.  A recipe never
+changes once published: a new one gets a new name (the cache is keyed by the name).
+:func:`ensure_warmup` builds ``cache_dir()/models/<name>`` (model, tokenizer and
+``zoopt_build.json`` with the recipe and the losses) under the cache's lock, once; the workflows
+call it before they build an engine, and :func:`zoopt.models.load_model` then reads the
+directory (:func:`zoopt.models.cached_build`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .models import EMBEDDED, build_cached, cache_dir, load_model
+from .objective import load_objective
+from .sft import encode_pairs, sft
+
+log = logging.getLogger(__name__)
+
+WARMUPS: dict[str, dict] = {
+    # docs/results.md, "Coverage study": the closest to issue #31's calibration target of the tasks
+    # tried; 32 steps × 16 = 512 of the 1,463 train problems (a third of an epoch), ~4 min on one core
+    "smollm2-135m-sft32-arith21": {
+        "base": EMBEDDED, "objective": "arithmetic",
+        "objective_args": {"digits": [2, 1], "operators": "+-", "system_prompt": ""},
+        "problems": 1463, "target": "{answer}", "steps": 32, "lr": 2.0e-5, "batch_size": 16, "seed": 0},
+}
+WARMUP_THREADS = 1  # the warm-up trains on one thread: float sums, so the weights, do not depend on the machine's cores
+
+
+def ensure_warmup(name: str) -> Path | None:
+    """Build the warm-up ``name`` if it is one of :data:`WARMUPS` and not cached yet; return its
+    directory (None when ``name`` is not a warm-up)."""
+    if name not in WARMUPS:
+        return None
+    return build_cached(cache_dir() / "models" / name, lambda dest: build_warmup(dest, WARMUPS[name]))
+
+
+def build_warmup(dest: Path, recipe: dict, on_step: Callable[[int, float], None] | None = None) -> None:
+    """Fine-tune ``recipe["base"]`` (fp32) on its task's train split and save it to ``dest``
+    (an HF directory: model, tokenizer, ``zoopt_build.json`` with the recipe and the losses)."""
+    t0 = time.perf_counter()
+    model, tokenizer = load_model(recipe["base"], dtype="float32")
+    objective = load_objective(recipe["objective"], **recipe.get("objective_args", {}))
+    rows = objective.dataset("train", int(recipe["problems"])).to_list()
+    pairs = encode_pairs(tokenizer, [r["prompt"] for r in rows], [recipe["target"].format(**r) for r in rows],
+                         objective.system_prompt)
+    log.warning("building the warm-up model from %s: %d steps on %d %s train problems (once)",
+                recipe["base"], recipe["steps"], len(rows), recipe["objective"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(WARMUP_THREADS)
+    try:
+        losses = sft(model, tokenizer, pairs, int(recipe["steps"]), float(recipe["lr"]), int(recipe["batch_size"]),
+                     int(recipe["seed"]), on_step)
+    finally:
+        torch.set_num_threads(threads)
+    model.save_pretrained(str(dest))
+    tokenizer.save_pretrained(str(dest))
+    (dest / "zoopt_build.json").write_text(json.dumps({
+        "recipe": recipe, "losses": losses, "threads": WARMUP_THREADS,
+        "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
