@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -39,8 +39,26 @@ from ..noise import ROW_BLOCK_BYTES, Noise
 from ..types import Update
 from ..updates.base import StepContext, UpdateRule
 
-if TYPE_CHECKING:
-    from .weights import MasterWeights
+
+
+class MasterWeights(Protocol):
+    """What a rule needs of a weights core (:class:`zoopt.engines.weights.MasterWeights` is one):
+    its fp32 ``master`` and working ``params`` by name, the ``layout`` of each HF name's pieces, the
+    HF ``shapes``, the noise of one member of one tensor, which names the noise moves, and the
+    ``rule_state`` it keeps.  Declared here so this module, which the weights core imports, needs
+    nothing from it."""
+
+    master: Mapping[str, torch.Tensor]
+    params: Mapping[str, torch.Tensor]
+    layout: Mapping[str, list]
+    shapes: Mapping[str, tuple[int, ...]]
+    rule_state: RuleState | None
+
+    def selected(self, noise: Noise) -> list[str]: ...
+
+    def noise(self, noise: Noise, seed: int, name: str) -> torch.Tensor: ...
+
+    def clear_noise_cache(self) -> None: ...
 
 NORM_CHUNK = 1 << 20  # elements summed at once (float64) by the norm pass
 
