@@ -21,7 +21,6 @@ A user's code objective gets the same guarantee by subclassing
 
 from __future__ import annotations
 
-import concurrent.futures as futures
 import functools
 import keyword
 import math
@@ -35,7 +34,7 @@ from typing import Sequence
 
 from .strict_tests import check_units, statement_units
 from .judge_pool import START_TIMEOUT_S, JudgePool
-from .programs import SandboxResult, run_program
+from .programs import SandboxResult, run_program, run_until
 
 MAX_MESSAGE_BYTES = 4 << 20  # one call's arguments or one result, encoded
 JUDGE_GRACE_S = 2.0  # how long the judge may go on after its program's time is up
@@ -163,20 +162,9 @@ def judge_programs(codes: Sequence[str], tests: Sequence[UnitTests], *, workers:
                                 tests[i], pool, timeout_s, end, cancel, max_message_bytes,
                                 sandbox_options)
 
-    executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zoopt-judge")
     try:
-        pending = [executor.submit(one, i) for i in range(len(codes))]
-        while pending:
-            wait_s = None if end == math.inf else max(end - time.monotonic(), 0.0)
-            _, not_done = futures.wait(pending, timeout=wait_s)
-            pending = list(not_done)
-            if pending and time.monotonic() >= end:
-                cancel.set()
-    except BaseException:
-        cancel.set()
-        raise
+        run_until(one, len(codes), workers, end, cancel, "zoopt-judge")
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
         if own_pool:
             pool.close()
     return [r if r is not None else Judgement(("not_run",) * t.count, SandboxResult("skipped"), "skipped")

@@ -61,7 +61,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 BOOTSTRAP = Path(__file__).with_name("boot.py")
 STATUSES = ("ok", "failed", "timeout", "output_limit", "cancelled", "refused", "skipped",
@@ -320,12 +320,22 @@ def run_programs(sources: Sequence[str], *, workers: int | None = None,
         results[i] = run_program(sources[i], timeout_s=min(timeout_s, left), cancel=cancel,
                                  env=envs[i] if envs is not None else None, **options)
 
-    pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zoopt-sandbox")
+    run_until(one, len(sources), workers, end, cancel, "zoopt-sandbox")
+    return [r if r is not None else SandboxResult("skipped") for r in results]
+
+
+def run_until(one: Callable[[int], None], count: int, workers: int, end: float,
+              cancel: threading.Event, thread_name: str) -> None:
+    """Run ``one(0) … one(count − 1)`` on ``workers`` threads until all return or the monotonic
+    time ``end`` passes; then ``cancel`` is set (each ``one`` must watch it and return).  An
+    exception in the calling thread (a reward guard's timer) sets ``cancel`` before it propagates;
+    every thread has ended when this returns."""
+    pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_name)
     try:
-        pending = [pool.submit(one, i) for i in range(len(sources))]
+        pending = [pool.submit(one, i) for i in range(count)]
         while pending:
             wait_s = None if end == math.inf else max(end - time.monotonic(), 0.0)
-            done, not_done = futures.wait(pending, timeout=wait_s)
+            _, not_done = futures.wait(pending, timeout=wait_s)
             pending = list(not_done)
             if pending and time.monotonic() >= end:
                 cancel.set()
@@ -334,7 +344,6 @@ def run_programs(sources: Sequence[str], *, workers: int | None = None,
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return [r if r is not None else SandboxResult("skipped") for r in results]
 
 
 @functools.lru_cache(maxsize=1)
