@@ -53,8 +53,23 @@ def tokens(results):
     return [[c.token_ids for c in per_prompt] for per_prompt in results]
 
 
+def local_like(engine) -> HFEngine:
+    """A single-process tiny engine on ``engine``'s current weights (the module's earlier tests,
+    the conformance suite's update-rule steps among them, apply updates to the shared engine)."""
+    import torch
+
+    local = HFEngine.from_pretrained("tiny", batch_size=8)
+    with torch.no_grad():
+        for name, tensor in engine.state_dict().items():
+            local.weights.params[name].copy_(tensor)
+    local.sync_master()
+    assert local.master_checksum() == engine.master_checksum()
+    return local
+
+
 def test_generate_splits_prompts_over_replicas_with_single_process_results(one_thread):
-    engine, local = shared_engine(), HFEngine.from_pretrained("tiny", batch_size=8)
+    engine = shared_engine()
+    local = local_like(engine)
     for sampling in (Sampling(temperature=0.0, max_new_tokens=5),
                      Sampling(temperature=1.0, max_new_tokens=5, n=2, seed=9)):
         got = engine.generate(PROMPTS, sampling)
@@ -84,14 +99,8 @@ def test_a_replica_draws_the_noise_bits_this_process_draws(noise, one_thread):
     """Each replica regenerates ε(seed, name) in its own process: its perturbed weights are this
     process's, bit for bit (rank 1: the low-rank product has no sum to round differently).  The
     local engine starts from the replicas' master (earlier tests applied updates to them)."""
-    import torch
-
-    engine, local = shared_engine(), HFEngine.from_pretrained("tiny", batch_size=8)
-    with torch.no_grad():
-        for name, tensor in engine.state_dict().items():
-            local.weights.params[name].copy_(tensor)
-    local.sync_master()
-    assert local.master_checksum() == engine.master_checksum()
+    engine = shared_engine()
+    local = local_like(engine)
     base = local.checksum()
     engine.perturb(noise, 5, 0.01)
     local.perturb(noise, 5, 0.01)
