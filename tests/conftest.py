@@ -26,3 +26,15 @@ def one_thread(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield
     torch.set_num_threads(before)
+
+
+# a reward the random tiny model earns about a third of the time, so its numbers are not all 0
+DIGIT_REWARD = "def digit_first(completions, **kw):\n    return [float(c[:1].isdigit()) for c in completions]\n"
+
+
+@pytest.fixture(scope="module")
+def reward_spec(tmp_path_factory):
+    """``path:digit_first``: :data:`DIGIT_REWARD` written to a file, as ``--objective`` takes it."""
+    path = tmp_path_factory.mktemp("objective") / "digit_reward.py"
+    path.write_text(DIGIT_REWARD)
+    return f"{path}:digit_first"

@@ -14,15 +14,6 @@ from zoopt.workflows.calibrate import TARGET, calibrate, powers_of_two, summariz
 from zoopt.workflows.builders import build_engine, build_objective, evaluate_config
 
 KEYS = ("pass@1", "pass@32", "share_0.01_0.1", "n_problems", "n_samples", "temperature")
-# a reward the random tiny model earns about a third of the time, on arithmetic's problems
-REWARD = "def digit_first(completions, **kw):\n    return [float(c[:1].isdigit()) for c in completions]\n"
-
-
-@pytest.fixture(scope="module")
-def reward_spec(tmp_path_factory):
-    path = tmp_path_factory.mktemp("objective") / "digit_reward.py"
-    path.write_text(REWARD)
-    return f"{path}:digit_first"
 
 
 @pytest.fixture

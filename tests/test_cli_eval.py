@@ -16,15 +16,6 @@ from zoopt.workflows.train import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
-# a reward that the random tiny model earns about a third of the time, so numbers are not all 0
-REWARD = "def digit_first(completions, **kw):\n    return [float(c[:1].isdigit()) for c in completions]\n"
-
-
-@pytest.fixture(scope="module")
-def reward_spec(tmp_path_factory):
-    path = tmp_path_factory.mktemp("objective") / "digit_reward.py"
-    path.write_text(REWARD)
-    return f"{path}:digit_first"
 
 
 def _rows(path):
