@@ -70,6 +70,39 @@ def test_rademacher_is_one_bit_of_a_word_each():
     assert cs.signs([key], 5000)[0].tolist() == want
 
 
+def test_the_fused_cpu_kernel_gives_the_eager_and_the_reference_bits(monkeypatch):
+    """Draws of ≥ FUSED_MIN elements run the compiled kernel: element for element the eager
+    kernels' bits and, where checked, the plain-Python formula's — odd lengths, several rows."""
+    keys = [cs.stream_key(s, 77) for s in range(3)]
+    n = cs.FUSED_MIN + 4099
+    gauss, sign = cs.normal(keys, n), cs.signs(keys, n)
+    assert cs._COMPILED.get("normal") is not None and cs._COMPILED.get("signs") is not None  # it ran, no fallback
+    words = cs.reference_words(keys[2], n - 3000, 3000)
+    assert gauss[2, n - 3000:].tolist() == [reference_normal(w) for w in words]
+    assert sign[2, n - 3000:].tolist() == [-1.0 if (cs.reference_words(keys[2], i // 64, 1)[0] >> (i % 64)) & 1
+                                            else 1.0 for i in range(n - 3000, n)]
+    monkeypatch.setattr(cs, "FUSED", False)
+    assert torch.equal(cs.normal(keys, n).view(torch.int32), gauss.view(torch.int32))
+    assert torch.equal(cs.signs(keys, n), sign)
+
+
+def test_a_machine_that_cannot_compile_draws_the_same_bits_eagerly(monkeypatch, caplog):
+    keys, n = [cs.stream_key(4, 4)], cs.FUSED_MIN + 1
+    monkeypatch.setattr(cs, "FUSED", False)
+    want = cs.normal(keys, n)
+
+    def no_compiler(*_):
+        raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+
+    monkeypatch.setattr(cs, "FUSED", True)
+    monkeypatch.setattr(cs, "_COMPILED", {"normal": no_compiler})
+    monkeypatch.setattr(cs, "_WORKING", set())
+    got = cs.normal(keys, n)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert cs._COMPILED["normal"] is None and "fused CPU kernel is unavailable (RuntimeError" in caplog.text
+    assert torch.equal(cs.normal(keys, n), want)  # and it does not try again
+
+
 def test_independent_of_chunks_threads_rows_and_length(monkeypatch):
     keys = [cs.stream_key(s, 42) for s in range(3)]
     n = 3 * cs.CPU_CHUNK + 17
