@@ -88,3 +88,29 @@ def test_the_loss_on_kept_positions_equals_the_loss_on_all():
                  logits_to_keep=torch.arange(first, input_ids.shape[1] - 1)).logits
     part = torch.nn.functional.cross_entropy(kept.reshape(-1, kept.shape[-1]), labels[:, first + 1:].reshape(-1))
     assert float(part) == pytest.approx(float(whole), rel=1e-6) and kept.shape[1] < full.shape[1]
+
+
+def test_label_noise_moves_the_stated_share_by_the_stated_offsets():
+    answers = [str(i) for i in range(20000)]
+    moved = warmups.noisy_answers(answers, 0.5, [-10, -1, 1, 10], 12345)
+    deltas = [int(m) - int(a) for m, a in zip(moved, answers)]
+    assert set(deltas) == {0, -10, -1, 1, 10}
+    share = sum(d != 0 for d in deltas) / len(deltas)
+    assert abs(share - 0.5) < 4 * (0.25 / len(deltas)) ** 0.5  # within 4 standard errors (0.5059)
+    assert all(abs(deltas.count(o) / sum(d != 0 for d in deltas) - 0.25) < 0.03 for o in (-10, -1, 1, 10))
+    assert moved == warmups.noisy_answers(answers, 0.5, [-10, -1, 1, 10], 12345)  # a function of the seed
+    assert warmups.noisy_answers(answers[:50], 0.0, [1], 0) == answers[:50]
+    with pytest.raises(ValueError, match="label_noise"):
+        warmups.noisy_answers(answers, 1.5, [1], 0)
+
+
+def test_a_warmup_with_label_noise_trains_on_the_moved_answers(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(warmups, "sft", lambda model, tok, pairs, *a, **k: seen.setdefault("pairs", pairs) and [])
+    recipe = {"base": "tiny", "objective": "arithmetic", "objective_args": {"digits": 1}, "problems": 16,
+              "target": "{answer}", "steps": 1, "lr": 1e-2, "batch_size": 4, "seed": 0,
+              "label_noise": {"share": 1.0, "offsets": [100], "seed": 0}}
+    warmups.build_warmup(tmp_path / "m", recipe)
+    _, tok = load_model("tiny")
+    targets = [tok.decode(ids[n:-1]) for ids, n in seen["pairs"]]
+    assert all(int(t) >= 100 - 9 for t in targets) and len(targets) == 16  # one digit ± one digit, then +100

@@ -3,7 +3,9 @@ split (:mod:`zoopt.sft`), built once into the model cache and then loaded by nam
 
 A recipe is ``base`` (a model name), ``objective`` (a registered name) with ``objective_args``,
 the first ``problems`` of its *train* split, the completion ``target`` (formatted with the row's
-columns), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``, ``seed``.  A recipe never
+columns), optionally ``label_noise`` (:func:`noisy_answers`: a share of the answers moved by a
+small offset before formatting), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``,
+``seed``.  A recipe never
 changes once published: a new one gets a new name (the cache is keyed by the name).
 :func:`ensure_warmup` builds ``cache_dir()/models/<name>`` (model, tokenizer and
 ``zoopt_build.json`` with the recipe and the losses) under the cache's lock, once; the workflows
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .models import EMBEDDED, build_cached, cache_dir, load_model
@@ -34,6 +37,14 @@ WARMUPS: dict[str, dict] = {
         "base": EMBEDDED, "objective": "arithmetic",
         "objective_args": {"digits": [2, 1], "operators": "+-", "system_prompt": ""},
         "problems": 1463, "target": "{answer}", "steps": 32, "lr": 2.0e-5, "batch_size": 16, "seed": 0},
+    # docs/results.md, "Coverage study": the base of `zoopt study coverage`.  Half the targets moved
+    # by -10, -1, +1 or +10 (carry and unit slips): the model learns to spread its answers, so at
+    # T=0.6 it solves most problems sometimes rather than some always and others never
+    "smollm2-135m-sft30-arith21-ln50": {
+        "base": EMBEDDED, "objective": "arithmetic",
+        "objective_args": {"digits": [2, 1], "operators": "+-", "system_prompt": ""},
+        "problems": 1463, "target": "{answer}", "steps": 30, "lr": 2.0e-5, "batch_size": 16, "seed": 0,
+        "label_noise": {"share": 0.5, "offsets": [-10, -1, 1, 10], "seed": 12345}},
 }
 WARMUP_THREADS = 1  # the warm-up trains on one thread: float sums, so the weights, do not depend on the machine's cores
 
@@ -53,6 +64,10 @@ def build_warmup(dest: Path, recipe: dict, on_step: Callable[[int, float], None]
     model, tokenizer = load_model(recipe["base"], dtype="float32")
     objective = load_objective(recipe["objective"], **recipe.get("objective_args", {}))
     rows = objective.dataset("train", int(recipe["problems"])).to_list()
+    if "label_noise" in recipe:
+        noise = recipe["label_noise"]
+        answers = noisy_answers([r["answer"] for r in rows], float(noise["share"]), noise["offsets"], int(noise["seed"]))
+        rows = [{**r, "answer": a} for r, a in zip(rows, answers)]
     pairs = encode_pairs(tokenizer, [r["prompt"] for r in rows], [recipe["target"].format(**r) for r in rows],
                          objective.system_prompt)
     log.warning("building the warm-up model from %s: %d steps on %d %s train problems (once)",
@@ -69,3 +84,19 @@ def build_warmup(dest: Path, recipe: dict, on_step: Callable[[int, float], None]
     (dest / "zoopt_build.json").write_text(json.dumps({
         "recipe": recipe, "losses": losses, "threads": WARMUP_THREADS,
         "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+
+
+def noisy_answers(answers: list[str], share: float, offsets: list[int], seed: int) -> list[str]:
+    """Integer answers with a ``share`` of them moved: for row i in order, with
+    ``rng = numpy.random.default_rng(seed)``, ``u = rng.random()``; if ``u < share`` the answer
+    becomes ``answer + offsets[rng.integers(len(offsets))]``, else it stays (as a string)."""
+    if not 0.0 <= share <= 1.0 or not offsets:
+        raise ValueError(f"label_noise: share must be in [0, 1] and offsets non-empty, got {share!r}, {offsets!r}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in answers:
+        value = int(a)
+        if rng.random() < share:
+            value += int(offsets[int(rng.integers(len(offsets)))])
+        out.append(str(value))
+    return out
