@@ -33,14 +33,16 @@ fused multiply-add):
 
 **Kernels.**  On the CPU a draw of at least ``FUSED_MIN`` elements runs as one fused kernel
 (the formulas above written once as tensor expressions, compiled by ``torch.compile``: one
-pass, no temporaries, no fused multiply-add — inductor builds with ``-ffp-contract=off``), the
-first time in a process after a compile (seconds; cached on disk by inductor).  Smaller draws,
-other devices, forked children (GNU OpenMP is not fork-safe), and any machine where compiling fails (no C++ compiler: logged once) run the
-same steps as eager in-place tensor operations: on the CPU in chunks of at most ``CPU_CHUNK``
-elements — below torch's parallel grain, so each operation runs on the calling thread — spread
-over a small thread pool; elsewhere in chunks of ``DEVICE_CHUNK`` that bound the temporaries
-(~28 bytes an element).  Results never depend on the kernel, the chunking, the thread count or
-the device (tested element for element against each other and against plain Python).
+pass, no temporaries, and no fused multiply-add — ``-ffp-contract=off``, set explicitly; with
+contraction on, 1,139 of 2²⁰ values differ in the last bit), the first time in a process after
+a compile (seconds; cached on disk by inductor).  Smaller draws, other devices, forked children
+(GNU OpenMP is not fork-safe) and any machine where compiling fails (no C++ compiler: logged
+once) run the same steps as eager in-place tensor operations: on the CPU in chunks of at most
+``CPU_CHUNK`` elements — below torch's parallel grain, so each operation runs on the calling
+thread — spread over a small thread pool; elsewhere in chunks of ``DEVICE_CHUNK`` that bound
+the temporaries (~28 bytes an element).  Results never depend on the kernel, the chunking, the
+thread count or the device (tested element for element against each other and against plain
+Python).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ KNOT_BITS = 10            # 2**KNOT_BITS knots per octave of the tail probabilit
 OCTAVES = 53              # y = 1 … 2**53 - 1
 CPU_CHUNK = 1 << 15       # elements per piece of CPU work (torch's GRAIN_SIZE: no intra-op threads)
 DEVICE_CHUNK = 1 << 20    # elements per piece of work elsewhere (bounds the temporaries)
-FUSED_MIN = 1 << 12       # CPU draws from this many elements on run as one compiled kernel (faster from here on: 97 µs vs 248 µs)
+FUSED_MIN = 1 << 12       # CPU draws of this many elements or more: one compiled kernel (4,096: 97 µs, eager 248 µs)
 FUSED = os.environ.get("ZOOPT_NOISE_FUSED", "1") != "0"  # 0: always the eager kernels (same bits)
 # blake2b-128 of the float32 tables (base then slope, little-endian); a platform whose float64
 # quantiles differ in a bit that survives rounding to float32 is refused rather than drifting.
@@ -325,7 +327,9 @@ def _fused(name: str, expression):
     if not FUSED:
         return None
     if name not in _COMPILED:
-        _COMPILED[name] = torch.compile(expression, dynamic=True, fullgraph=True)
+        # no FMA contraction (inductor's default, pinned here against an environment that changes it)
+        _COMPILED[name] = torch.compile(expression, dynamic=True, fullgraph=True,
+                                        options={"cpp.enable_floating_point_contract_flag": "off"})
     return _COMPILED[name]
 
 
