@@ -23,7 +23,7 @@ fused multiply-add):
   ``y`` converts exactly to float64, whose exponent is the octave ``p = ⌊log₂ y⌋`` (0…52) and
   whose next ``KNOT_BITS`` mantissa bits the knot ``j``; the 24 bits after them are the fraction
   ``f``.  Then ``|z| = base[p, j] + f·slope[p, j]`` in float32 (one rounded ``×``, one rounded
-  ``+``): linear interpolation between the knots ``Φ⁻¹(1 − v/2)`` at
+  ``+``): linear interpolation between the knots ``Φ⁻¹(1 − v/2)`` (:mod:`zoopt.normal_table`) at
   ``v = 2^(p−53)·(1 + j/2^KNOT_BITS)``, computed once in float64 (:class:`statistics.NormalDist`,
   tested against an independent ``ndtri``) and rounded to float32; the slopes are the exact
   differences of those float32 knots, and the table is pinned by its checksum.  Octaves are a geometric sub-table: the
@@ -53,26 +53,20 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from statistics import NormalDist
 from typing import Sequence
 
 import torch
+
+from .normal_table import KNOT_BITS, OCTAVES, TABLE_CHECKSUM, table_checksum, tables
 
 log = logging.getLogger(__name__)
 
 MASK64 = (1 << 64) - 1
 MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-KNOT_BITS = 10            # 2**KNOT_BITS knots per octave of the tail probability
-OCTAVES = 53              # y = 1 … 2**53 - 1
 CPU_CHUNK = 1 << 15       # elements per piece of CPU work (torch's GRAIN_SIZE: no intra-op threads)
 DEVICE_CHUNK = 1 << 20    # elements per piece of work elsewhere (bounds the temporaries)
 FUSED_MIN = 1 << 12       # CPU draws of this many elements or more: one compiled kernel (4,096: 97 µs, eager 248 µs)
 FUSED = os.environ.get("ZOOPT_NOISE_FUSED", "1") != "0"  # 0: always the eager kernels (same bits)
-# blake2b-128 of the float32 tables (base then slope, little-endian); a platform whose float64
-# quantiles differ in a bit that survives rounding to float32 is refused rather than drifting.
-# (The float32 knots equal those of 120-bit mpmath; the closest one lies 3.8e-13 (relative) from
-# a float32 rounding boundary, ~500× NormalDist's float64 error of 8e-16.)
-TABLE_CHECKSUM = "fa936f7ae79fb10077ba2a9a7e8779ec"
 
 if sys.byteorder != "little":  # Rademacher unpacks words through an int32 view
     raise ImportError("zoopt's counter noise stream assumes a little-endian machine")
@@ -111,63 +105,7 @@ def reference_words(key: tuple[int, int], start: int, count: int) -> list[int]:
     return [mix64(k + (i + 1) * g) for i in range(start, start + count)]
 
 
-# -- the Gaussian table ---------------------------------------------------------------------
-def _quantile_knots() -> list[list[float]]:
-    """``|z|`` at the knots, float64: row p, column j = 0 … 2**KNOT_BITS."""
-    inv, m = NormalDist().inv_cdf, 1 << KNOT_BITS
-    return [[-inv((1.0 + j / m) * 2.0 ** (p - 53) / 2) for j in range(m + 1)] for p in range(OCTAVES)]
-
-
-def _build_tables() -> tuple[torch.Tensor, torch.Tensor]:
-    """``(base, slope)``, float32, ``2·64·2**KNOT_BITS`` entries indexed by
-    ``sign·64·2**KNOT_BITS + (e mod 64)·2**KNOT_BITS + j`` with ``e = 1023 + p`` the biased float64
-    exponent of ``y`` (p = 0…52 gives 53 distinct rows ``e mod 64``; the other 11 rows of each
-    half are NaN and unreachable) — so the index is three bit fields, no subtraction.
-
-    ``base`` is the knot's quantile rounded to float32, and ``slope = (next knot − knot)·2⁻²⁴``
-    from those float32 knots — exact (two nearby float32 numbers differ by a float32 number), so
-    the table depends on nothing but the float32 knots, and the interpolation meets every knot.
-    The negative half is the negation of the positive one."""
-    knots = torch.tensor(_quantile_knots(), dtype=torch.float64).to(torch.float32).to(torch.float64)
-    m = 1 << KNOT_BITS
-    base = torch.full((2, 64, m), float("nan"), dtype=torch.float32)
-    slope = torch.full((2, 64, m), float("nan"), dtype=torch.float32)
-    rows = [(1023 + p) % 64 for p in range(OCTAVES)]
-    steps = (knots[:, 1:] - knots[:, :-1]) * 2.0 ** -24                # exact in float64
-    base[0, rows], slope[0, rows] = knots[:, :-1].to(torch.float32), steps.to(torch.float32)
-    if not torch.equal(slope[0, rows].to(torch.float64), steps):       # exact in float32 too
-        raise RuntimeError("counter noise stream: a knot step is not a float32 number")
-    base[1], slope[1] = -base[0], -slope[0]
-    return base.reshape(-1), slope.reshape(-1)
-
-
-def table_checksum(base: torch.Tensor, slope: torch.Tensor) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for t in (base, slope):
-        h.update(t.contiguous().view(torch.int32).numpy().tobytes())
-    return h.hexdigest()
-
-
-_TABLES: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 _ARANGE: dict[str, torch.Tensor] = {}
-_LOCK = threading.Lock()
-
-
-def tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The checksum-verified Gaussian tables on ``device`` (built once per process)."""
-    key = str(device)
-    if key not in _TABLES:
-        with _LOCK:
-            if "cpu" not in _TABLES:
-                base, slope = _build_tables()
-                got = table_checksum(base, slope)
-                if got != TABLE_CHECKSUM:
-                    raise RuntimeError(f"counter noise stream: the Gaussian table's checksum is {got}, not the pinned "
-                                       f"{TABLE_CHECKSUM}; this platform's float64 quantiles differ")
-                _TABLES["cpu"] = (base, slope)
-            if key not in _TABLES:
-                _TABLES[key] = tuple(t.to(device) for t in _TABLES["cpu"])
-    return _TABLES[key]
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -442,5 +380,5 @@ def signs(keys: Sequence[tuple[int, int]], count: int, device: torch.device | st
     return full[:, :count] if count != words * 64 else full
 
 
-__all__ = ["stream_key", "normal", "signs", "words", "normal_from_words", "mix64", "reference_words", "tables",
+__all__ = ["stream_key", "normal", "signs", "words", "normal_from_words", "mix64", "reference_words", "tables", "TABLE_CHECKSUM",
            "table_checksum", "KNOT_BITS", "OCTAVES"]
