@@ -5,8 +5,8 @@ A recipe is ``base`` (a model name), ``objective`` (a registered name) with ``ob
 the first ``problems`` of its *train* split, the completion ``target`` (formatted with the row's
 columns), optionally ``label_noise`` (:func:`noisy_answers`: a share of the answers moved by a
 small offset before formatting), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``,
-``seed``.  A recipe never
-changes once published: a new one gets a new name (the cache is keyed by the name).
+``seed``.  A recipe never changes once published: a new one gets a new name (the cache is keyed
+by the name).
 :func:`ensure_warmup` builds ``cache_dir()/models/<name>`` (model, tokenizer and
 ``zoopt_build.json`` with the recipe and the losses) under the cache's lock, once; the workflows
 call it before they build an engine, and :func:`zoopt.models.load_model` then reads the
@@ -31,12 +31,6 @@ from .sft import encode_pairs, sft
 log = logging.getLogger(__name__)
 
 WARMUPS: dict[str, dict] = {
-    # docs/results.md, "Coverage study": the closest to issue #31's calibration target of the tasks
-    # tried; 32 steps × 16 = 512 of the 1,463 train problems (a third of an epoch), ~4 min on one core
-    "smollm2-135m-sft32-arith21": {
-        "base": EMBEDDED, "objective": "arithmetic",
-        "objective_args": {"digits": [2, 1], "operators": "+-", "system_prompt": ""},
-        "problems": 1463, "target": "{answer}", "steps": 32, "lr": 2.0e-5, "batch_size": 16, "seed": 0},
     # docs/results.md, "Coverage study": the base of `zoopt study coverage`.  Half the targets moved
     # by -10, -1, +1 or +10 (carry and unit slips): the model learns to spread its answers, so at
     # T=0.6 it solves most problems sometimes rather than some always and others never
