@@ -102,6 +102,7 @@ adam_eps: 1.0e-8
 weight_decay: 0.0
 max_grad_norm: 1.0
 micro_batch_size: 8
+share_prompt: false
 gradient_checkpointing: false
 autocast_bf16: false
 reward_timeout_s: 5.0
@@ -119,6 +120,7 @@ export: true
 report_to: [none]
 log_every: 1
 checkpoint_every: 0
+state_every: 0
 """
 
 

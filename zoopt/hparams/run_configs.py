@@ -245,8 +245,8 @@ class GRPOConfig(Config):
     #: the keys :class:`zoopt.grpo.GRPO` takes as keyword arguments (the rest describe the run)
     TRAINER_KEYS = ("prompts_per_step", "loss_type", "epsilon", "epsilon_high", "beta", "scale_rewards",
                     "num_iterations", "lr", "adam_betas", "adam_eps", "weight_decay", "max_grad_norm",
-                    "micro_batch_size", "gradient_checkpointing", "autocast_bf16", "seed", "reward_timeout_s",
-                    "reward_errors")
+                    "micro_batch_size", "share_prompt", "gradient_checkpointing", "autocast_bf16", "seed",
+                    "reward_timeout_s", "reward_errors")
 
     model: str = _model()
     dtype: str = hp("float32", "GRPO trains fp32 weights, on every engine (autocast_bf16 for bf16 compute)",
@@ -276,6 +276,8 @@ class GRPOConfig(Config):
     max_grad_norm: float | None = hp(1.0, "clip the gradient norm; 0 or null: no clipping (the norm is logged "
                                      "either way)", number(ge=0, null=True))
     micro_batch_size: int = hp(8, "sequences per forward/backward; the gradient is the full batch's", integer(ge=1))
+    share_prompt: bool = hp(False, "run each group's prompt once in the loss (its cache repeated G times): same "
+                            "gradient up to rounding, fewer tokens; needs gradient_checkpointing off", boolean())
     gradient_checkpointing: bool = hp(False, "recompute activations in the backward: less memory, more time",
                                       boolean())
     autocast_bf16: bool = hp(False, "forward under bf16 autocast (the weights and AdamW stay fp32)", boolean())
@@ -288,6 +290,9 @@ class GRPOConfig(Config):
     report_to: tuple = _report_to()
     log_every: int = _log_every()
     checkpoint_every: int = _checkpoint_every()
+    state_every: int = hp(0, "save the trainer state (weights, AdamW moments, step) to run_dir/trainer_state.pt every "
+                          "N steps and after the last, so a killed run resumes (zoopt grpo --resume DIR); 0: never",
+                          integer(ge=0))
 
     def check(self) -> None:
         check_engine(self.engine, "grpo")
