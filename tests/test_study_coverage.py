@@ -85,6 +85,49 @@ def test_smoke_runs_seeds_checkpoints_and_temperatures_then_resumes(tmp_path, mo
     assert len(json.loads((out / "wall_time.json").read_text())["segments"]) == 2
 
 
+class Killed(Exception):
+    """The stand-in for a kill in the middle of a run."""
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_killed_grpo_run_resumes_from_its_state_to_the_same_weights(tmp_path, monkeypatch):
+    sets = ["seeds=[0]", "final_temperatures=null", "grpo.state_every=2"]
+    whole = quiet(smoke(*sets), tmp_path / "whole")
+
+    from zoopt.workflows.grpo import GRPOTrainer
+
+    step, ran = GRPOTrainer.step, []
+
+    def killed_at_step_3(self, on_member=None):
+        if self.steps_done == 3:
+            raise Killed()  # the state was saved after step 2, the checkpoint of step 2 evaluated
+        ran.append(self.steps_done)
+        return step(self, on_member)
+
+    monkeypatch.setattr(GRPOTrainer, "step", killed_at_step_3)
+    with pytest.raises(Killed):
+        quiet(smoke(*sets), tmp_path / "cut")
+    runs = tmp_path / "cut" / "runs"
+    assert ran == [0, 1, 2] and (runs / "grpo" / "phase0-grpo" / "trainer_state.pt").exists()
+    assert (runs / "grpo" / "checkpoints" / "phase0-grpo-2.json").exists()  # evaluated as soon as written
+    assert not (runs / "grpo" / "result.json").exists()
+    ran.clear()
+    monkeypatch.setattr(GRPOTrainer, "step", lambda self, on_member=None: (ran.append(self.steps_done),
+                                                                          step(self, on_member))[1])
+    resumed = quiet(smoke(*sets), tmp_path / "cut")
+    assert ran == [2, 3]  # from the state, not from the start
+    for name in ("es", "grpo"):
+        assert resumed["runs"][name]["checksum"] == whole["runs"][name]["checksum"], name
+    lines = (runs / "grpo" / "phase0-grpo" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 3]
+    assert not (runs / "grpo" / "phase0-grpo" / "trainer_state.pt").exists()  # a finished run needs none
+    cut_eval, whole_eval = (json.loads((d / "runs" / "grpo" / "checkpoints" / "phase0-grpo-2.json").read_text())
+                            for d in (tmp_path / "cut", tmp_path / "whole"))
+    assert cut_eval["per_problem"] == whole_eval["per_problem"]
+    assert {k: v for k, v in cut_eval["summary"].items() if not k.endswith("_s")} == {
+        k: v for k, v in whole_eval["summary"].items() if not k.endswith("_s")}
+
+
 def test_plan_runs_names_and_seeds():
     spec = load_study_spec("coverage", "smoke", ["seeds=[3, 5]", "seed=7"])
     cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))

@@ -64,6 +64,11 @@ class RunDir:
     def training_plot_path(self) -> Path:
         return self.path / "training.png"
 
+    @property
+    def trainer_state_path(self) -> Path:
+        """A GRPO run's resumable state (weights, AdamW, step): ``trainer_state.pt``."""
+        return self.path / "trainer_state.pt"
+
     def checkpoint_path(self, steps_done: int) -> Path:
         return self.path / f"checkpoint-{int(steps_done)}"
 
@@ -109,6 +114,16 @@ class RunDir:
         if not self.metrics_path.is_file():
             raise FileNotFoundError(f"no metrics.jsonl in run directory {str(self.path)!r}")
         return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def keep_metrics_before(self, steps: int) -> None:
+        """Drop the records of step ``steps`` and later from ``metrics.jsonl`` (a run resumed from
+        a state saved after ``steps`` steps logs them again)."""
+        if not self.metrics_path.is_file():
+            return
+        kept = [r for r in self.read_metrics() if int(r.get("step", -1)) < steps]
+        tmp = self.metrics_path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.metrics_path)
 
     def write_eval(self, tag: str, summary: dict) -> Path:
         self.mkdir()

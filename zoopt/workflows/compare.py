@@ -45,7 +45,7 @@ from ..reporting.trackers import open_trackers, scalars, tracker_names
 from ..runs.references import load_base, load_params
 from ..runs.rundir import RunDir
 from .builders import build_engine, build_objective, evaluate_config, run_dir_for
-from .schedule import PlannedPhase, parse_schedule, plan, run_schedule
+from .schedule import CheckpointHook, PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
 SHARED_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -133,11 +133,12 @@ def plan_methods(cfg: dict, n_train_rows: int) -> dict[str, list]:
 
 
 # -- one method (in a child process, or in-process) ----------------------------------------------
-def run_method(spec: dict, objective=None) -> dict:
+def run_method(spec: dict, objective=None, on_checkpoint: CheckpointHook | None = None) -> dict:
     """Load the base model, run the method's phases, evaluate, export; a JSON-able result.
 
     ``spec``: ``name``, ``dir``, ``shared`` (model/engine keys), ``eval`` (see
-    :func:`eval_config`) and ``phases`` (``PlannedPhase.to_dict()`` entries).
+    :func:`eval_config`) and ``phases`` (``PlannedPhase.to_dict()`` entries); ``on_checkpoint``:
+    see :func:`zoopt.workflows.schedule.run_schedule`.
     """
     t0 = time.perf_counter()
     method_dir = Path(spec["dir"])
@@ -148,7 +149,7 @@ def run_method(spec: dict, objective=None) -> dict:
     engine = build_engine(engine_config(spec["shared"], planned, f"methods.{spec['name']}"), objective)
     t_loaded = time.perf_counter()
     try:
-        phases = run_schedule(planned, engine, objective, method_dir)
+        phases = run_schedule(planned, engine, objective, method_dir, on_checkpoint=on_checkpoint)
         t_trained = time.perf_counter()
         evaluation = evaluate_config(engine, objective, spec["eval"])
         evaluation.to_json(method_dir / "eval.json")  # per problem: what paired comparisons (zoopt study) read

@@ -55,8 +55,12 @@ class EvalResult:
     per_problem: list[dict] = field(default_factory=list)
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"summary": self.summary,
-                                          "per_problem": self.per_problem}, indent=2))
+        """Write ``{"summary", "per_problem"}`` (to a temporary file, then renamed: a kill leaves
+        either the whole file or none, so a resumed study never reads half of one)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"summary": self.summary, "per_problem": self.per_problem}, indent=2))
+        tmp.replace(path)
 
     def to_csv(self, path: str | Path) -> None:
         """Per-problem records, one row each; non-scalar values are JSON-encoded."""

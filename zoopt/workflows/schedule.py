@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..config import ConfigError, default_config, merge
 from .methods import METHODS, start_run
@@ -126,19 +127,27 @@ def plan(phases: list[Phase], budget: int, shared: dict, method_overrides: dict,
     return planned
 
 
-def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | Path, log=None) -> list[dict]:
+# on_checkpoint(phase_dir, steps done, checkpoint directory): called after each checkpoint's export
+CheckpointHook = Callable[[Path, int, Path], None]
+
+
+def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | Path, log=None,
+                 on_checkpoint: CheckpointHook | None = None) -> list[dict]:
     """Run each phase in order on ``engine``; one summary dict per phase (JSON-able).
 
     Phase ``i`` writes ``run_dir/phase{i}-{method}/`` (``config.yaml``, ``metrics.jsonl`` and,
-    for ES, ``seedlog.json``); with ``checkpoint_every = k`` in its config also
-    ``checkpoint-N/``, an HF directory of the weights after every k-th step N before its last.
+    for ES, ``seedlog.json``; for GRPO with ``state_every``, ``trainer_state.pt``); with
+    ``checkpoint_every = k`` in its config also ``checkpoint-N/``, an HF directory of the weights
+    after every k-th step N before its last, handed to ``on_checkpoint`` as soon as it is written
+    (``zoopt study`` evaluates and removes it there).  A phase that resumes right after a
+    checkpoint's step exports that checkpoint again: the kill may have come before it was used.
     """
     run_dir = Path(run_dir)
     summaries = []
     for i, phase in enumerate(planned):
         phase_dir = run_dir / f"phase{i}-{phase.method}"
         t0, generated = time.perf_counter(), engine.stats.sequences
-        rewards = _run_phase(i, phase, phase_dir, engine, objective, log)
+        rewards = _run_phase(i, phase, phase_dir, engine, objective, log, on_checkpoint)
         summaries.append({**{k: v for k, v in phase.to_dict().items() if k != "config"},
                           "dir": str(phase_dir), "completions_generated": engine.stats.sequences - generated,
                           "reward_first": rewards[0], "reward_last": rewards[-1],
@@ -146,19 +155,28 @@ def run_schedule(planned: list[PlannedPhase], engine, objective, run_dir: str | 
     return summaries
 
 
-def _run_phase(i: int, phase: PlannedPhase, phase_dir: Path, engine, objective, log) -> list[float]:
-    """The steps of one phase (its trainer, and GRPO's AdamW state, are freed on return).  An ES phase
-    whose directory holds a seed log replays it and runs only the missing steps (``zoopt study``'s resume)."""
+def _run_phase(i: int, phase: PlannedPhase, phase_dir: Path, engine, objective, log,
+               on_checkpoint: CheckpointHook | None = None) -> list[float]:
+    """The steps of one phase (its trainer, and GRPO's AdamW state, are freed on return).  A phase
+    whose directory holds a seed log (ES) or a trainer state (GRPO) resumes from it and runs only
+    the missing steps (``zoopt study``'s resume)."""
     cfg = dict(phase.cfg, run_dir=str(phase_dir), export=False)
     cfg["eval"] = dict(cfg["eval"], n_problems=0)
     if phase.method == "es" and i > 0:
         cfg["model"] = str(engine.export_pretrained(phase_dir / "start_model"))
     trainer = start_run(phase.method, cfg, phase_dir, engine=engine, objective=objective)
     every = int(cfg.get("checkpoint_every") or 0)
-    while trainer.steps_done < phase.steps:  # an ES phase with a seed log resumes where it stopped
+
+    def checkpoint() -> None:
+        if every and 0 < trainer.steps_done < phase.steps and trainer.steps_done % every == 0:
+            path = engine.export_pretrained(trainer.run_dir.checkpoint_path(trainer.steps_done))
+            if on_checkpoint:
+                on_checkpoint(phase_dir, trainer.steps_done, Path(path))
+
+    checkpoint()  # resumed just after a checkpoint's step: it may not have been exported or used
+    while trainer.steps_done < phase.steps:
         record = trainer.step()
-        if every and trainer.steps_done % every == 0 and trainer.steps_done < phase.steps:
-            engine.export_pretrained(trainer.run_dir.checkpoint_path(trainer.steps_done))
+        checkpoint()
         if log:
             log(f"{phase_dir.name} step {record['step']}: reward {record['reward_mean']:.4f}")
     return [r["reward_mean"] for r in trainer.run_dir.read_metrics() if "reward_mean" in r]

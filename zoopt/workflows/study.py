@@ -10,17 +10,18 @@ Stages, each resumable (re-run the same command: what is finished is read back, 
    (:func:`zoopt.workflows.compare.plan_methods` and
    :func:`~zoopt.workflows.compare.run_method`) at the same ``budget`` of sampled
    completions, evaluated on the same held-out problems (``runs/<name>/eval.json``, per
-   problem).  ``runs/<name>/result.json`` marks a finished run, which is skipped.  A killed run
-   resumes: its ES phases replay their seed logs (``--resume``'s replay: the same checksum as a
-   run never interrupted); its GRPO phases, which have no seed log, start again from their start
-   weights (deterministic on the same machine);
+   problem).  ``runs/<name>/result.json``, written once the run and all its evaluations are
+   done, marks a finished run, which is skipped.  A killed run resumes: its ES phases replay
+   their seed logs (``--resume``'s replay: the same checksum as a run never interrupted); its
+   GRPO phases continue from their ``trainer_state.pt`` (``grpo.state_every``; bit for bit on
+   the same machine), and one without a state starts again from its start weights;
 3. **analyses**: C3 (:func:`zoopt.workflows.analyze.analyze` of base → ES, thresholded
    checkpoints at ``c3.sparsity`` evaluated like the runs) and C8
    (:func:`zoopt.workflows.coverage.population_coverage` around the ES model);
 4. **report**: :mod:`zoopt.study.report` writes ``report.md``, ``report.json`` and the plots.
 
 With ``seeds`` every trained run is repeated per training seed, with ``es.checkpoint_every`` /
-``grpo.checkpoint_every`` its checkpoints are evaluated along the way, and with
+``grpo.checkpoint_every`` its checkpoints are evaluated as training writes them, and with
 ``final_temperatures`` its final weights (and the base) at more temperatures
 (:mod:`zoopt.workflows.study_seeds`); claim C1S reads them (:mod:`zoopt.study.narrowing`).
 The study's wall time over all invocations is kept in ``wall_time.json`` and reported.
@@ -45,6 +46,7 @@ from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
 from ..objective import load_split
 from ..runs.jsonable import jsonable
 from ..runs.references import load_base, load_params
+from ..runs.rundir import RunDir
 from ..study import claims as C
 from ..study.narrowing import c1_strong
 from ..study.report import write_report
@@ -52,7 +54,8 @@ from .analyze import analyze, evaluate_model, tau_dirname
 from .builders import build_objective
 from .compare import eval_config, run_method
 from .coverage import population_coverage
-from .study_seeds import WallClock, coverage_points, extra_evaluations, model_eval_config, plan_runs, pooled_eval
+from .study_seeds import (WallClock, checkpoint_evaluator, coverage_points, extra_evaluations, model_eval_config,
+                          plan_runs, pooled_eval)
 from .tuning import base_validation, grid_size, tune, untuned
 
 COMPARE_KEYS = ("model", "dtype", "device", "engine", "engine_args", "objective", "objective_args", "seed",
@@ -135,12 +138,15 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
         tuning_units = 1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0
         bar.update(task, total=tuning_units + len(runs) + 2)
         evals, results = {}, {}
+
+        def describe(text: str) -> None:
+            bar.update(task, description=text)
+
         for name, run in runs.items():
-            bar.update(task, description=f"run {name}")
+            describe(f"run {name}")
             run_dir = study_dir / "runs" / name
-            results[name] = _run(name, run["phases"], run["shared"], eval_config(cfg), run_dir, objective)
+            results[name] = _run(name, run, spec, cfg, run_dir, objective, describe)
             evals[name] = json.loads((run_dir / "eval.json").read_text())
-            extra_evaluations(spec, cfg, results[name], run_dir, lambda text: bar.update(task, description=text))
             bar.advance(task)
             clock.tick()
         bar.update(task, description="analysis C3")
@@ -183,18 +189,28 @@ def _tuning(spec, out: Path, bar, task, enabled: bool) -> dict:
     return tuned
 
 
-def _run(name: str, phases, shared: dict, eval_cfg: dict, run_dir: Path, objective) -> dict:
+def _run(name: str, run: dict, spec: dict, cfg: dict, run_dir: Path, objective, describe) -> dict:
+    """Run (or resume) one run of the study, its checkpoints evaluated as they come, then its
+    other evaluations (:func:`~zoopt.workflows.study_seeds.extra_evaluations`); ``result.json`` is
+    written last, so a run is marked done only when everything it owes is on disk."""
     done = run_dir / "result.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    for i, phase in enumerate(phases):  # GRPO keeps no seed log: an unfinished GRPO phase starts again
-        phase_dir = run_dir / f"phase{i}-{phase.method}"
-        if phase.method == "grpo" and phase_dir.exists():
-            shutil.rmtree(phase_dir)
-    spec = {"name": name, "dir": str(run_dir), "shared": shared, "eval": eval_cfg,
-            "phases": [p.to_dict() for p in phases]}
-    result = run_method(spec, objective=objective)
-    done.write_text(json.dumps(jsonable(result), indent=2))
+    if done.exists():  # its evaluations are all there, unless deleted by hand: then redone if its weights are
+        result = json.loads(done.read_text())
+        extra_evaluations(spec, cfg, result, run_dir, describe)
+        return result
+    for i, phase in enumerate(run["phases"]):  # a GRPO phase with no state to resume from starts again
+        phase_dir = RunDir(run_dir / f"phase{i}-{phase.method}")
+        if phase.method == "grpo" and phase_dir.path.exists() and not phase_dir.trainer_state_path.exists():
+            shutil.rmtree(phase_dir.path)
+    method = {"name": name, "dir": str(run_dir), "shared": run["shared"], "eval": eval_config(cfg),
+              "phases": [p.to_dict() for p in run["phases"]]}
+    result = run_method(method, objective=objective, on_checkpoint=checkpoint_evaluator(cfg, run_dir, describe))
+    extra_evaluations(spec, cfg, result, run_dir, describe)
+    tmp = done.with_name(done.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(result), indent=2))
+    tmp.replace(done)
+    for phase in result["phases"]:  # a finished run is never resumed: its GRPO states (3 models' size) go
+        RunDir(phase["dir"]).trainer_state_path.unlink(missing_ok=True)
     return result
 
 

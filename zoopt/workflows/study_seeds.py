@@ -4,9 +4,11 @@ weights at more temperatures — what C1's strong form (:mod:`zoopt.study.narrow
 * :func:`plan_runs`: every method the claims need once per training seed (``seeds``; the first
   seed's runs keep their names, the others are ``<run>-s<seed>``), the base once; a seed changes
   what training draws (prompts, rollouts, ES noise), never the evaluation (``seed``);
-* :func:`extra_evaluations`: a finished run's checkpoints (``checkpoint_every`` of its phases),
-  each evaluated like the final weights into ``runs/<run>/checkpoints/<phase>-<N>.json`` and then
-  deleted, and its final weights at each of ``final_temperatures`` into ``eval-T<T>.json``;
+* :func:`checkpoint_evaluator`: a run's checkpoints (``checkpoint_every`` of its phases), each
+  evaluated like the final weights into ``runs/<run>/checkpoints/<phase>-<N>.json`` as soon as
+  training exports it, and then deleted;
+* :func:`extra_evaluations`: a finished run's final weights at each of ``final_temperatures``
+  into ``eval-T<T>.json`` (and any checkpoint a kill left unevaluated);
 * :func:`coverage_points`: those evaluations gathered per method, point and temperature;
 * :class:`WallClock`: the study's wall time over every invocation (``wall_time.json``).
 
@@ -76,20 +78,29 @@ class WallClock:
         return record
 
 
+def checkpoint_evaluator(cfg: dict, run_dir: Path, describe):
+    """The ``on_checkpoint`` hook of a study run (:func:`zoopt.workflows.schedule.run_schedule`):
+    evaluate ``phase_dir/checkpoint-N`` like the final weights into
+    ``run_dir/checkpoints/<phase>-<N>.json`` (unless it is there) and remove it (a model's size)."""
+    def evaluate(phase_dir: Path, steps: int, path: Path) -> None:
+        out = run_dir / "checkpoints" / f"{Path(phase_dir).name}-{int(steps)}.json"
+        if not out.exists():
+            describe(f"run {run_dir.name}: {Path(phase_dir).name} checkpoint-{steps}")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            evaluate_model(model_eval_config(cfg, str(path))).to_json(out)
+        shutil.rmtree(path)
+    return evaluate
+
+
 def extra_evaluations(spec: dict, cfg: dict, result: dict, run_dir: Path, describe) -> None:
-    """A run's checkpoints (``phase*/checkpoint-N``, exported by ``checkpoint_every``), each
-    evaluated like the final weights into ``checkpoints/<phase>-<N>.json`` and then removed (a
-    model's size each), and its final weights at each of ``final_temperatures`` into
-    ``eval-T<T>.json``.  What is written already is not redone."""
+    """A finished run's final weights at each of ``final_temperatures`` into ``eval-T<T>.json``, and
+    any checkpoint directory still there (:func:`checkpoint_evaluator`).  What is written already
+    is not redone."""
+    evaluate = checkpoint_evaluator(cfg, run_dir, describe)
     for phase in result["phases"]:
         phase_dir = Path(phase["dir"])
         for ckpt in sorted(phase_dir.glob("checkpoint-*"), key=lambda d: int(d.name.split("-")[1])):
-            path = run_dir / "checkpoints" / f"{phase_dir.name}-{ckpt.name.split('-')[1]}.json"
-            if not path.exists():
-                describe(f"run {run_dir.name}: {phase_dir.name} {ckpt.name}")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                evaluate_model(model_eval_config(cfg, str(ckpt))).to_json(path)
-            shutil.rmtree(ckpt)
+            evaluate(phase_dir, int(ckpt.name.split("-")[1]), ckpt)
     for temperature in final_temperatures(spec):
         path = run_dir / temperature_eval_name(temperature)
         if not path.exists():
