@@ -128,6 +128,26 @@ def test_a_killed_grpo_run_resumes_from_its_state_to_the_same_weights(tmp_path, 
         k: v for k, v in whole_eval["summary"].items() if not k.endswith("_s")}
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_runs_can_be_done_apart_then_finished(tmp_path, capsys):
+    from zoopt.cli import build_parser
+
+    out, sets = tmp_path / "s", ["--set", OBJECTIVE, "--set", "seeds=[0]", "--set", "final_temperatures=null"]
+    parser = build_parser()
+    args = parser.parse_args(["study", "coverage", "--profile", "smoke", "--out", str(out), "--quiet",
+                              "--runs", "base,grpo", *sets])
+    assert args.func(args) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["base", "grpo"]
+    assert (out / "runs" / "grpo" / "result.json").exists() and not (out / "report.json").exists()
+    bad = parser.parse_args(["study", "coverage", "--profile", "smoke", "--out", str(out), "--runs", "es-s1", *sets])
+    with pytest.raises(ConfigError, match=r"--runs: no run 'es-s1' in study 'coverage'; its runs: base, es, grpo"):
+        bad.func(bad)
+    grpo = (out / "runs" / "grpo" / "result.json").read_text()
+    report = quiet(smoke("seeds=[0]", "final_temperatures=null"), out)  # the rest, then the report
+    assert sorted(report["runs"]) == ["base", "es", "grpo"] and (out / "report.json").exists()
+    assert (out / "runs" / "grpo" / "result.json").read_text() == grpo  # done once
+
+
 def test_plan_runs_names_and_seeds():
     spec = load_study_spec("coverage", "smoke", ["seeds=[3, 5]", "seed=7"])
     cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))

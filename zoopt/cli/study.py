@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a spec key (repeatable): model=…, objective=…, budget=…, es.sigma=…, tuning.validation=…")
     p.add_argument("--out", help="study directory (default runs/study-<spec>[-<profile>]; re-running resumes it)")
+    p.add_argument("--runs", metavar="NAME[,NAME]",
+                   help="do only these runs (base, es, grpo, es-s1, ...) and stop before the analyses and the "
+                        "report: a long study split over machines; re-run without it to finish")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     add_plugin_flag(p)
 
@@ -26,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_study_spec(args.spec, args.profile, args.set or [])
     if not args.quiet:
         print(f"study {spec['name']} (profile {spec['profile']}) in {study_dir_for(spec, args.out)}")
-    report = run_study(spec, out=args.out, quiet=args.quiet, log=(lambda *a: None) if args.quiet else print)
-    if not args.quiet:
+    only = [n.strip() for n in args.runs.split(",") if n.strip()] if args.runs is not None else None
+    report = run_study(spec, out=args.out, quiet=args.quiet, log=(lambda *a: None) if args.quiet else print, only=only)
+    if report is not None and not args.quiet:
         for cid, claim in report["claims"].items():
             print(f"{cid} {claim['title']}: {claim['summary']}")
     return 0

@@ -26,6 +26,11 @@ With ``seeds`` every trained run is repeated per training seed, with ``es.checkp
 (:mod:`zoopt.workflows.study_seeds`); claim C1S reads them (:mod:`zoopt.study.narrowing`).
 The study's wall time over all invocations is kept in ``wall_time.json`` and reported.
 
+``only`` (``zoopt study --runs``) runs just the named runs and stops before the analyses and the
+report: a long study split over machines or sessions, each holding the study directory's
+small files (weights are never needed again once a run is done), then finished by a run
+without it.
+
 Layout of the study directory: ``spec.yaml``, ``tuning/``, ``runs/<name>/`` (with
 ``checkpoints/`` and ``eval-T<T>.json`` when asked), ``analysis/``, ``wall_time.json``,
 ``report.md``, ``report.json``, ``*.png``.
@@ -119,8 +124,10 @@ def _check_resume(study_dir: Path, spec: dict) -> None:
                               f"{saved.get(key)!r}, not {spec.get(key)!r}; use another --out")
 
 
-def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, log=print) -> dict:
-    """Run (or resume) the study ``spec`` (:func:`zoopt.study.spec.load_study_spec`); its report."""
+def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, log=print,
+              only: list[str] | None = None) -> dict | None:
+    """Run (or resume) the study ``spec`` (:func:`zoopt.study.spec.load_study_spec`); its report,
+    or ``None`` when ``only`` names the runs to do now (see the module docstring)."""
     study_dir = study_dir_for(spec, out)
     objective = build_objective(spec)
     check_data(spec, objective)
@@ -135,20 +142,28 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
         clock.tick()
         cfg = compare_config(spec, tuned, study_dir / "runs")
         runs = plan_runs(spec, cfg, len(objective.dataset("train")))
+        selected = selected_runs(spec, runs, only)
         tuning_units = 1 + sum(grid_size(spec["tuning"][m]) for m in ("es", "grpo")) if tuning_on else 0
-        bar.update(task, total=tuning_units + len(runs) + 2)
+        bar.update(task, total=tuning_units + len(selected) + (0 if only else 2))
         evals, results = {}, {}
 
         def describe(text: str) -> None:
             bar.update(task, description=text)
 
         for name, run in runs.items():
+            if name not in selected:
+                continue
             describe(f"run {name}")
             run_dir = study_dir / "runs" / name
             results[name] = _run(name, run, spec, cfg, run_dir, objective, describe)
             evals[name] = json.loads((run_dir / "eval.json").read_text())
             bar.advance(task)
             clock.tick()
+        if only:
+            done = [n for n in runs if (study_dir / "runs" / n / "result.json").exists()]
+            log(f"study: {len(done)} of {len(runs)} runs done ({', '.join(done)}); run it without --runs "
+                f"for the rest, the analyses and the report")
+            return None
         bar.update(task, description="analysis C3")
         c3 = _c3(spec, cfg, results, study_dir / "analysis" / "c3") if "C3" in spec["claims"] else None
         bar.advance(task)
@@ -160,6 +175,18 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     report = write_report(study_dir, spec, tuned, results, outcome, wall=clock.tick())
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
+
+
+def selected_runs(spec: dict, runs: dict, only: list[str] | None) -> list[str]:
+    """The runs to do now: ``only`` (each a run of the plan, else a one-line ``ConfigError``
+    listing them), or all."""
+    if only is None:
+        return list(runs)
+    unknown = [n for n in only if n not in runs]
+    if unknown or not only:
+        raise ConfigError(f"--runs: {'no run ' + repr(unknown[0]) if unknown else 'no run named'} in study "
+                          f"{spec['name']!r}; its runs: {', '.join(runs)}")
+    return list(only)
 
 
 def check_data(spec: dict, objective) -> None:
