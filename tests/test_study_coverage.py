@@ -148,6 +148,19 @@ def test_runs_can_be_done_apart_then_finished(tmp_path, capsys):
     assert (out / "runs" / "grpo" / "result.json").read_text() == grpo  # done once
 
 
+def test_a_study_refuses_to_go_on_from_another_base(tmp_path):
+    out = tmp_path / "s"
+    out.mkdir()
+    spec = smoke("seeds=[0]")
+    first = study_flow.check_base(out, spec)
+    assert study_flow.check_base(out, spec) == first  # the same machine builds the same weights
+    saved = json.loads((out / "base.json").read_text())
+    (out / "base.json").write_text(json.dumps({**saved, "digest": "0" * 32}))
+    with pytest.raises(ConfigError, match=r"model: 'tiny' builds to weights [0-9a-f]{32} on this machine, but the "
+                                          r"study in .* started from 0{32}: its runs would not share a base"):
+        quiet(spec, out)
+
+
 def test_plan_runs_names_and_seeds():
     spec = load_study_spec("coverage", "smoke", ["seeds=[3, 5]", "seed=7"])
     cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))

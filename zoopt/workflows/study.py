@@ -31,7 +31,11 @@ report: a long study split over machines or sessions, each holding the study dir
 small files (weights are never needed again once a run is done), then finished by a run
 without it.
 
-Layout of the study directory: ``spec.yaml``, ``tuning/``, ``runs/<name>/`` (with
+A study split over machines must give every run the same base: ``base.json`` keeps the digest
+of the base weights as the first invocation built them (the embedded model and its warm-ups
+are built at run time), and a later invocation whose machine builds other weights is refused.
+
+Layout of the study directory: ``spec.yaml``, ``base.json``, ``tuning/``, ``runs/<name>/`` (with
 ``checkpoints/`` and ``eval-T<T>.json`` when asked), ``analysis/``, ``wall_time.json``,
 ``report.md``, ``report.json``, ``*.png``.
 """
@@ -47,6 +51,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ConfigError, default_config
+from ..engines.weights import digest
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
 from ..objective import load_split
 from ..runs.jsonable import jsonable
@@ -132,6 +137,7 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     objective = build_objective(spec)
     check_data(spec, objective)
     _check_resume(study_dir, spec)
+    check_base(study_dir, spec)
     clock = WallClock(study_dir / "wall_time.json")
     tuning_on = bool(spec["tuning"]["enabled"])
     columns = (TextColumn("[bold]study {task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
@@ -175,6 +181,22 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
     report = write_report(study_dir, spec, tuned, results, outcome, wall=clock.tick())
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
+
+
+def check_base(study_dir: Path, spec: dict) -> str:
+    """The digest of the study's base weights as this machine builds them (``load_base``:
+    ``model`` in ``dtype``), written to ``base.json`` on the first call and compared after: a
+    one-line ``ConfigError`` when they differ, since runs from two bases are not comparable."""
+    path = study_dir / "base.json"
+    now = digest(load_base(spec["model"], spec["dtype"]).params.items())
+    if not path.exists():
+        path.write_text(json.dumps({"model": spec["model"], "dtype": spec["dtype"], "digest": now}, indent=1))
+        return now
+    saved = json.loads(path.read_text())["digest"]
+    if saved != now:
+        raise ConfigError(f"model: {spec['model']!r} builds to weights {now} on this machine, but the study in "
+                          f"{str(study_dir)!r} started from {saved}: its runs would not share a base")
+    return now
 
 
 def selected_runs(spec: dict, runs: dict, only: list[str] | None) -> list[str]:
