@@ -33,3 +33,16 @@ def test_a_used_directory_is_refused_with_one_line(tmp_path):
         run.refuse_if_used("; use --resume")
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         run.read_metrics()
+
+
+def test_an_atomic_file_is_whole_or_the_old_one(tmp_path):
+    from zoopt.runs.atomic import atomic_file, write_text_atomic
+
+    path = write_text_atomic(tmp_path / "sub" / "a.json", "old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed while writing")
+    assert path.read_text() == "old" and sorted(p.name for p in path.parent.iterdir()) == ["a.json"]
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new" and sorted(p.name for p in path.parent.iterdir()) == ["a.json"]

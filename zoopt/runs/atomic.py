@@ -1,4 +1,4 @@
-"""Write a directory so that it appears whole or not at all."""
+"""Write a directory or a file so that it appears whole or not at all."""
 
 from __future__ import annotations
 
@@ -32,3 +32,27 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield ``<path>.tmp`` to write; on success rename it onto ``path``.
+
+    A kill or an error leaves ``path`` as it was (the old file, or none), never half a file; on
+    an error the temporary file is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """``Path(path).write_text(text)``, whole or not at all (:func:`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..config import ConfigError
+from .atomic import write_text_atomic
 
 
 class RunDir:
@@ -121,9 +122,7 @@ class RunDir:
         if not self.metrics_path.is_file():
             return
         kept = [r for r in self.read_metrics() if int(r.get("step", -1)) < steps]
-        tmp = self.metrics_path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        tmp.replace(self.metrics_path)
+        write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write_eval(self, tag: str, summary: dict) -> Path:
         self.mkdir()

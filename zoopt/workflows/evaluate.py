@@ -43,6 +43,7 @@ from ..engines.base import Completion, Sampling
 from ..metrics import bootstrap_ci, maj_at_k, mean_token_entropy, pass_at_k
 from ..objective import Objective, load_split
 from ..rewards.scoring import Scorer
+from ..runs.atomic import write_text_atomic
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -57,10 +58,7 @@ class EvalResult:
     def to_json(self, path: str | Path) -> None:
         """Write ``{"summary", "per_problem"}`` (to a temporary file, then renamed: a kill leaves
         either the whole file or none, so a resumed study never reads half of one)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"summary": self.summary, "per_problem": self.per_problem}, indent=2))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps({"summary": self.summary, "per_problem": self.per_problem}, indent=2))
 
     def to_csv(self, path: str | Path) -> None:
         """Per-problem records, one row each; non-scalar values are JSON-encoded."""

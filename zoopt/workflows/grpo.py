@@ -27,6 +27,7 @@ from ..config import ConfigError
 from ..grpo import GRPO
 from ..reporting.progress import TrainProgress
 from ..reporting.trackers import ReportTo
+from ..runs.atomic import atomic_file
 from ..runs.rundir import RunDir
 from ..types import RunResult
 from .builders import run_dir_for
@@ -84,11 +85,9 @@ class GRPOTrainer(RunTrainer):
     def save_state(self) -> Path:
         """Write :meth:`zoopt.grpo.GRPO.state_dict` to ``trainer_state.pt`` (a temporary file, then
         renamed: a kill never leaves half a state)."""
-        path = self.run_dir.trainer_state_path
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.grpo.state_dict(), tmp)
-        tmp.replace(path)
-        return path
+        with atomic_file(self.run_dir.trainer_state_path) as tmp:
+            torch.save(self.grpo.state_dict(), tmp)
+        return self.run_dir.trainer_state_path
 
     def describe(self, record: dict) -> str:
         gap = record["sampler_logp_gap_max"]

@@ -54,6 +54,7 @@ from ..config import ConfigError, default_config
 from ..engines.weights import digest
 from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
 from ..objective import load_split
+from ..runs.atomic import write_text_atomic
 from ..runs.jsonable import jsonable
 from ..runs.references import load_base, load_params
 from ..runs.rundir import RunDir
@@ -255,9 +256,7 @@ def _run(name: str, run: dict, spec: dict, cfg: dict, run_dir: Path, objective, 
               "phases": [p.to_dict() for p in run["phases"]]}
     result = run_method(method, objective=objective, on_checkpoint=checkpoint_evaluator(cfg, run_dir, describe))
     extra_evaluations(spec, cfg, result, run_dir, describe)
-    tmp = done.with_name(done.name + ".tmp")
-    tmp.write_text(json.dumps(jsonable(result), indent=2))
-    tmp.replace(done)
+    write_text_atomic(done, json.dumps(jsonable(result), indent=2))
     for phase in result["phases"]:  # a finished run is never resumed: its GRPO states (3 models' size) go
         RunDir(phase["dir"]).trainer_state_path.unlink(missing_ok=True)
     return result

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runs.atomic import write_text_atomic
 from .analyze import evaluate_model
 from .compare import eval_config, plan_methods, shared_config
 
@@ -72,9 +73,7 @@ class WallClock:
     def tick(self) -> dict:
         self.segments[-1]["seconds"] = round(time.perf_counter() - self.t0, 1)
         record = {"total_s": round(sum(s["seconds"] for s in self.segments), 1), "segments": self.segments}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1))
-        tmp.replace(self.path)
+        write_text_atomic(self.path, json.dumps(record, indent=1))
         return record
 
 
