@@ -155,7 +155,8 @@ def run_method(spec: dict, objective=None, on_checkpoint: CheckpointHook | None 
         evaluation.to_json(method_dir / "eval.json")  # per problem: what paired comparisons (zoopt study) read
         summary = evaluation.summary
         t_evaluated = time.perf_counter()
-        model_dir = engine.export_pretrained(method_dir / "model")
+        model_dir = method_dir / "model"  # as given (relative stays relative: a study directory moves between machines)
+        engine.export_pretrained(model_dir)
         checksum = engine.checksum()
     finally:
         engine.close()
