@@ -134,6 +134,10 @@ def test_a_forked_child_draws_with_its_own_threads():
     if pid == 0:  # the child: report the digest of its draw, then leave without running pytest's exit
         try:
             os.write(write, hashlib.blake2b(cs.normal([key], n).numpy().tobytes()).hexdigest().encode())
+        except BaseException:  # the child's error, for the assertion's message
+            import traceback
+
+            os.write(write, ("child failed: " + traceback.format_exc()).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -142,8 +146,8 @@ def test_a_forked_child_draws_with_its_own_threads():
         os.kill(pid, signal.SIGKILL)
     with os.fdopen(read) as fh:
         got = fh.read() if ready else "no answer in 120 s"
-    os.waitpid(pid, 0)
-    assert got == want
+    _, status = os.waitpid(pid, 0)
+    assert got == want, f"child exit status {status} (signal {os.WTERMSIG(status) if os.WIFSIGNALED(status) else None})"
 
 
 def test_table_is_pinned_and_within_2_ulps_of_the_exact_quantile():
