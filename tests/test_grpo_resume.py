@@ -29,18 +29,20 @@ def records(run_dir) -> list[dict]:
     return [{k: v for k, v in json.loads(x).items() if k not in TIMES} for x in lines]
 
 
-def test_a_resumed_run_is_the_uninterrupted_run_bit_for_bit(tmp_path):
-    whole = train_grpo(config(tmp_path / "whole"), show_progress=False, objective=Digits())
+@pytest.mark.parametrize("beta", ["0.0", "0.1"])  # 0.1: the KL reference is rebuilt from the start weights before the state loads
+def test_a_resumed_run_is_the_uninterrupted_run_bit_for_bit(tmp_path, beta):
+    whole = train_grpo(config(tmp_path / "whole", f"beta={beta}"), show_progress=False, objective=Digits())
 
     cut = tmp_path / "cut"
-    first = GRPOTrainer(config(cut, "state_every=2"), cut, objective=Digits())
+    first = GRPOTrainer(config(cut, "state_every=2", f"beta={beta}"), cut, objective=Digits())
     try:
         for _ in range(3):  # the state is saved after step 2; step 3 is lost with the kill
             first.step()
     finally:
         first.close()
     assert len(records(cut)) == 3
-    resumed = train_grpo(config(cut, "state_every=2"), show_progress=False, objective=Digits(), resume=cut)
+    resumed = train_grpo(config(cut, "state_every=2", f"beta={beta}"), show_progress=False, objective=Digits(),
+                         resume=cut)
 
     assert resumed.checksum == whole.checksum
     assert records(cut) == records(tmp_path / "whole")  # the lost step logged once, as it was
