@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from zoopt import models, warmups
 from zoopt.config import ConfigError
+from zoopt.engines.weights import digest
 from zoopt.metrics import pass_at_k
+from zoopt.runs.references import load_base
 from zoopt.study.narrowing import c1_strong, curves, point_difference
 from zoopt.study.spec import load_study_spec
 from zoopt.study.verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED
@@ -105,9 +108,16 @@ def test_a_killed_grpo_run_resumes_from_its_state_to_the_same_weights(tmp_path, 
         return step(self, on_member)
 
     monkeypatch.setattr(GRPOTrainer, "step", killed_at_step_3)
+    tick = study_seeds.WallClock.tick
+    monkeypatch.setattr(study_seeds.WallClock, "tick", lambda self: (ran.append("tick"), tick(self))[1])
     with pytest.raises(Killed):
         quiet(smoke(*sets), tmp_path / "cut")
     runs = tmp_path / "cut" / "runs"
+    # the wall clock ticked between steps 1 and 2 (at the step-2 checkpoint): the killed
+    # invocation's time is counted up to there, not only up to its last finished run
+    assert "tick" in ran[ran.index(1) + 1:ran.index(2)]
+    ran[:] = [x for x in ran if x != "tick"]
+    monkeypatch.setattr(study_seeds.WallClock, "tick", tick)
     assert ran == [0, 1, 2] and (runs / "grpo" / "phase0-grpo" / "trainer_state.pt").exists()
     assert (runs / "grpo" / "checkpoints" / "phase0-grpo-2.json").exists()  # evaluated as soon as written
     assert not (runs / "grpo" / "result.json").exists()
@@ -159,6 +169,23 @@ def test_a_study_refuses_to_go_on_from_another_base(tmp_path):
     with pytest.raises(ConfigError, match=r"model: 'tiny' builds to weights [0-9a-f]{32} on this machine, but the "
                                           r"study in .* started from 0{32}: its runs would not share a base"):
         quiet(spec, out)
+
+
+def test_a_study_on_a_fresh_machine_builds_its_warmup_base_before_taking_its_digest(tmp_path, monkeypatch):
+    # a new machine has no built warm-up: the base guard must build it, not fail to load it by name
+    monkeypatch.setenv("ZOOPT_CACHE", str(tmp_path / "cache"))
+    recipe = {"base": "tiny", "objective": "arithmetic", "objective_args": {"digits": 1}, "problems": 8,
+              "target": "{answer}", "steps": 2, "lr": 1e-2, "batch_size": 4, "seed": 0}
+    monkeypatch.setitem(warmups.WARMUPS, "tiny-study-warmup", recipe)
+    out = tmp_path / "s"
+    out.mkdir()
+    spec = {**smoke("seeds=[0]"), "model": "tiny-study-warmup"}
+    assert models.cached_build("tiny-study-warmup") is None
+    first = study_flow.check_base(out, spec)
+    assert (tmp_path / "cache" / "models" / "tiny-study-warmup" / "zoopt_build.json").exists()
+    assert json.loads((out / "base.json").read_text())["model"] == "tiny-study-warmup"
+    assert first == digest(load_base("tiny-study-warmup", spec["dtype"]).params.items())
+    assert first != digest(load_base("tiny", spec["dtype"]).params.items())  # the warm-up, not its base
 
 
 def test_plan_runs_names_and_seeds():

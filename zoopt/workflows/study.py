@@ -61,6 +61,7 @@ from ..runs.rundir import RunDir
 from ..study import claims as C
 from ..study.narrowing import c1_strong
 from ..study.report import write_report
+from ..warmups import ensure_warmup
 from .analyze import analyze, evaluate_model, tau_dirname
 from .builders import build_objective
 from .compare import eval_config, run_method
@@ -154,8 +155,9 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
         bar.update(task, total=tuning_units + len(selected) + (0 if only else 2))
         evals, results = {}, {}
 
-        def describe(text: str) -> None:
+        def describe(text: str) -> None:  # a new unit of work (a run, a checkpoint, an evaluation)
             bar.update(task, description=text)
+            clock.tick()  # so that a kill inside a long run loses only the unit at hand
 
         for name, run in runs.items():
             if name not in selected:
@@ -187,8 +189,10 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
 def check_base(study_dir: Path, spec: dict) -> str:
     """The digest of the study's base weights as this machine builds them (``load_base``:
     ``model`` in ``dtype``), written to ``base.json`` on the first call and compared after: a
-    one-line ``ConfigError`` when they differ, since runs from two bases are not comparable."""
+    one-line ``ConfigError`` when they differ, since runs from two bases are not comparable.  A
+    warm-up base (:data:`zoopt.warmups.WARMUPS`) is built first if this machine has not built it."""
     path = study_dir / "base.json"
+    ensure_warmup(spec["model"])
     now = digest(load_base(spec["model"], spec["dtype"]).params.items())
     if not path.exists():
         path.write_text(json.dumps({"model": spec["model"], "dtype": spec["dtype"], "digest": now}, indent=1))
