@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from ..models import ModelLoadError, load_model
-from ..warmups import ensure_warmup
 from .atomic import atomic_directory
 from .rundir import RunDir
 
@@ -76,9 +75,7 @@ class LoadedModel:
 
 
 def load_params(spec: str | Path, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
-    """Load ``spec`` (see the module doc) and clone its named parameters; a named warm-up
-    (:data:`zoopt.warmups.WARMUPS`) is built first where this machine has not built it."""
-    ensure_warmup(str(spec))
+    """Load ``spec`` (see the module doc) and clone its named parameters."""
     path = resolve_model(spec)
     try:
         model, tokenizer = load_model(path, dtype=dtype, device=device)

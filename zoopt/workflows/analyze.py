@@ -37,6 +37,7 @@ from ..models import ModelLoadError
 from ..reporting import plots
 from ..runs.jsonable import jsonable
 from ..runs.references import LoadedModel, load_base, load_params, run_dtype, save_with_params
+from ..warmups import ensure_warmup
 from .builders import build_engine, build_objective, eval_kwargs, evaluate_config
 from .evaluate import EvalResult
 
@@ -117,6 +118,8 @@ def analyze(base_spec: str, trained_spec: str, out: str | Path, *, tau: float = 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = run_dtype(trained_spec) if dtype is None else str(dtype)
+    for spec in (base_spec, trained_spec):
+        ensure_warmup(str(spec))  # a named warm-up is built into the cache on first use
     base, trained = load_base(base_spec, dtype), load_params(trained_spec)
     report = {"base": str(base_spec), "base_path": base.path, "trained": str(trained_spec),
               "trained_path": trained.path, "dtype": dtype, "n_tensors": len(base.params),

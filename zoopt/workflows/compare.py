@@ -44,6 +44,7 @@ from ..reporting.plots import plot_pass_at_k, plot_reward_curves
 from ..reporting.trackers import open_trackers, scalars, tracker_names
 from ..runs.references import load_base, load_params
 from ..runs.rundir import RunDir
+from ..warmups import ensure_warmup
 from .builders import build_engine, build_objective, evaluate_config, run_dir_for
 from .schedule import CheckpointHook, PlannedPhase, parse_schedule, plan, run_schedule
 
@@ -298,6 +299,7 @@ def _report(names: list[str], run_dir: Path, cfg: dict, results: list[dict], tab
 
 
 def _table(cfg: dict, results: list[dict]) -> list[dict]:
+    ensure_warmup(str(cfg["model"]))  # built by the runs, unless they ran on another machine
     base = load_base(cfg["model"], cfg["dtype"]).params
     ks = [int(k) for k in cfg["eval"]["ks"]] if int(cfg["eval"]["n_samples"]) else []
     rows = []

@@ -61,6 +61,7 @@ from ..runs.rundir import RunDir
 from ..study import claims as C
 from ..study.narrowing import c1_strong
 from ..study.report import write_report
+from ..warmups import ensure_warmup
 from .analyze import analyze, evaluate_model, tau_dirname
 from .builders import build_objective
 from .compare import eval_config, run_method
@@ -189,8 +190,9 @@ def check_base(study_dir: Path, spec: dict) -> str:
     """The digest of the study's base weights as this machine builds them (``load_base``:
     ``model`` in ``dtype``), written to ``base.json`` on the first call and compared after: a
     one-line ``ConfigError`` when they differ, since runs from two bases are not comparable.  A
-    warm-up base is built first if this machine has not built it (``load_params``)."""
+    warm-up base (:data:`zoopt.warmups.WARMUPS`) is built first if this machine has not built it."""
     path = study_dir / "base.json"
+    ensure_warmup(spec["model"])
     now = digest(load_base(spec["model"], spec["dtype"]).params.items())
     if not path.exists():
         path.write_text(json.dumps({"model": spec["model"], "dtype": spec["dtype"], "digest": now}, indent=1))
