@@ -306,6 +306,8 @@ _POOL: ThreadPoolExecutor | None = None
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
+        if _FORKED:  # torch rebuilds its own fork-leaked thread pool on first use, racily (see _forget_pool)
+            torch.set_num_threads(torch.get_num_threads())
         _POOL = ThreadPoolExecutor(max(1, min(8, torch.get_num_threads(), os.cpu_count() or 1)),
                                    thread_name_prefix="zoopt-noise")
     return _POOL
@@ -314,7 +316,12 @@ def _pool() -> ThreadPoolExecutor:
 def _forget_pool() -> None:
     """A forked child has the parent's pool object but none of its threads: make a new one.  Nor
     does it have the parent's OpenMP threads, which the fused kernels' parallel loops would wait
-    for (GNU OpenMP is not fork-safe): a forked child draws with the eager kernels."""
+    for (GNU OpenMP is not fork-safe): a forked child draws with the eager kernels.
+
+    Torch leaks its own thread pool at a fork and rebuilds it on the first call that asks for it,
+    but not atomically: two of our workers asking at once can see it released and not yet rebuilt
+    ("Invalid thread pool!").  So the new pool is made only after ``torch.set_num_threads`` has
+    rebuilt torch's, on one thread."""
     global _POOL, _FORKED
     _POOL = None
     _FORKED = True
