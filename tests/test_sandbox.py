@@ -49,6 +49,7 @@ def test_machine_gives_full_isolation():
         pytest.skip("not root: the user-namespace path is tested where it exists")
     assert probe.ok, probe
     assert probe.network_isolated and probe.pid_namespace and probe.private_tmp, probe
+    assert probe.private_filesystem, probe.notes
     assert probe.seccomp, probe.notes
     assert sandbox.UID_RANGE[0] <= probe.uid < sandbox.UID_RANGE[1]
 
@@ -82,24 +83,30 @@ def test_hostile_program_is_contained(name, tmp_path, open_dir, listener, sandbo
         assert result.stdout_truncated and len(result.stdout) == 64 * 1024
 
 
+@pytest.mark.parametrize("filesystem", ["refuse", "visible"])
 @pytest.mark.parametrize("name", ["os_system", "subprocess", "ctypes_system", "reload_os",
                                   "socket_to_listener"])
-def test_each_layer_holds_without_seccomp(name, tmp_path, open_dir, listener, sandbox_root):
-    """With the syscall filter off (``execve`` and AF_INET allowed), the read-only mounts and
-    the network namespace still contain the program."""
+def test_each_layer_holds_without_seccomp(name, filesystem, tmp_path, open_dir, listener,
+                                          sandbox_root):
+    """With the syscall filter off (``execve`` and AF_INET allowed), the file-system view and
+    the network namespace still contain the program: in the allowlist view there is no shell
+    and no ``open_dir`` at all; in the visible one the shell runs and meets a read-only mount."""
     mark = f"zoopt-test-{uuid.uuid4().hex}"
     outside = open_dir / f"outside-{mark}"
     precious = tmp_path / "precious.txt"
     precious.write_text("precious")
     result = run_program(hostile_source(name, outside, listener.port, mark),
                          timeout_s=TIMEOUT_S, seccomp=False, allow_exec=True,
-                         env={"ZOOPT_TEST_MARK": mark})
+                         filesystem=filesystem, env={"ZOOPT_TEST_MARK": mark})
     assert result.status == "failed" and not result.seccomp, result
+    assert result.private_filesystem == (filesystem == "refuse")
     assert_contained(result, mark, outside, listener, precious, os.getcwd(), sandbox_root)
     if name == "socket_to_listener":
         assert "Network is unreachable" in result.stderr, result.stderr
-    else:  # the shell ran, as the sandbox uid, and met a read-only file system
+    elif filesystem == "visible":  # the shell ran, as the sandbox uid, and met a read-only mount
         assert "Read-only file system" in result.stderr, result.stderr
+    elif name == "subprocess":  # no /bin/sh in the view
+        assert "No such file or directory" in result.stderr, result.stderr
 
 
 def test_the_syscall_filter():
@@ -132,7 +139,8 @@ except PermissionError:
 
 def test_no_connection_to_a_unix_socket_file_on_the_host(open_dir):
     """A Unix socket file anyone may write (srwxrwxrwx) is reachable through a read-only mount
-    and across network namespaces: the syscall filter (no ``socket()``) is what stops it."""
+    and across network namespaces: in the allowlist view it is not there at all; in the
+    visible one the syscall filter (no ``socket()``) is what stops it."""
     path = open_dir / "host.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
@@ -144,7 +152,10 @@ def test_no_connection_to_a_unix_socket_file_on_the_host(open_dir):
         result = run_program(program, timeout_s=TIMEOUT_S)
         assert result.status == "failed" and "PermissionError" in result.stderr, result
         unfiltered = run_program(program, timeout_s=TIMEOUT_S, seccomp=False)
-        assert unfiltered.ok, unfiltered  # the gap the filter closes (docs/sandbox.md)
+        assert unfiltered.status == "failed", unfiltered  # the file is not in the view
+        assert "FileNotFoundError" in unfiltered.stderr, unfiltered
+        visible = run_program(program, timeout_s=TIMEOUT_S, seccomp=False, filesystem="visible")
+        assert visible.ok, visible  # the gap the filter closes there (docs/sandbox.md)
         server.accept()[0].close()
     finally:
         server.close()
@@ -161,6 +172,16 @@ print(os.getcwd(), os.listdir("."), os.listdir("/tmp"))
     first, second = result.stdout.splitlines()
     assert first == "2 True ['1', '2']"  # init and the program: a fresh PID namespace
     assert second == "/tmp/work ['program.py'] ['work']"
+
+
+def test_the_program_environment_is_only_home_tmpdir_and_env(monkeypatch):
+    """The program's environment: HOME and TMPDIR (its working directory) and the caller's
+    ``env`` — not the parent's, and not the PATH/LANG the bootstrap starts with."""
+    monkeypatch.setenv("ZOOPT_TEST_PARENT_ONLY", "x")
+    program = "import os, json; print(json.dumps(dict(os.environ), sort_keys=True))"
+    result = run_program(program, timeout_s=TIMEOUT_S, env={"EXTRA": "1"})
+    assert result.ok, result
+    assert result.stdout == '{"EXTRA": "1", "HOME": "/tmp/work", "TMPDIR": "/tmp/work"}\n'
 
 
 def test_limits_and_exit_codes():
@@ -195,9 +216,15 @@ def test_cancel_stops_a_run_and_leaves_nothing(sandbox_root):
     assert sandbox_processes(mark, result.uid) == [] and os.listdir(sandbox_root) == []
 
 
-def test_network_mode_is_checked():
+def test_network_and_filesystem_modes_are_checked():
     with pytest.raises(ValueError, match="network"):
         run_program("pass", network="allow")
+    with pytest.raises(ValueError, match="filesystem"):
+        run_program("pass", filesystem="allow")
+    with pytest.raises(ValueError, match="no_such_package_zoopt"):
+        run_program("pass", packages=["no_such_package_zoopt"])
+    with pytest.raises(ValueError, match="packages"):
+        run_program("pass", packages=["numpy"], filesystem="visible")
 
 
 def test_fallback_without_namespaces_still_kills_daemons(tmp_path, open_dir, sandbox_root):
@@ -208,9 +235,12 @@ def test_fallback_without_namespaces_still_kills_daemons(tmp_path, open_dir, san
     source = hostile_source("setsid_daemon", open_dir / "outside", 1, mark)
     refused = run_program(source, timeout_s=TIMEOUT_S, namespaces=False)
     assert refused.status == "refused" and not refused.network_isolated
-    with pytest.warns(RuntimeWarning, match="network"):
+    no_view = run_program(source, timeout_s=TIMEOUT_S, namespaces=False, network="warn")
+    assert no_view.status == "refused" and not no_view.private_filesystem  # filesystem="refuse"
+    with pytest.warns(RuntimeWarning, match="network"), \
+            pytest.warns(RuntimeWarning, match="every file any user may read"):
         result = run_program(source, timeout_s=TIMEOUT_S, namespaces=False, network="warn",
-                             env={"ZOOPT_TEST_MARK": mark})
+                             filesystem="warn", env={"ZOOPT_TEST_MARK": mark})
     assert result.status == "failed" and not result.pid_namespace, result
     assert sandbox_processes(mark, result.uid) == []
     time.sleep(1.5)

@@ -9,10 +9,13 @@ loaded by file path when the parent found it.  Three processes:
   ``unshare(2)`` (PID, network, mount, IPC, UTS; as a non-root user, a user namespace first),
   forks I, enforces the wall-clock deadline, and writes one JSON report line to ``report_fd``.
   B stays outside the namespaces' view: nothing in the sandbox can see or signal it.
-* **I** (the PID namespace's init, pid 1): makes every mount private, mounts a fresh ``/proc``
-  and size-limited tmpfs over ``/tmp`` (the working directory lives there), ``/var/tmp``,
-  ``/dev/shm`` and ``/run``, remounts everything else read-only, forks P, reaps everything
-  and exits with P.  When a PID
+* **I** (the PID namespace's init, pid 1): makes every mount private and builds the program's
+  file-system view (``file_view.py``: a new root holding only the interpreter, its standard
+  library and shared libraries, the named packages, four ``/dev`` nodes, a fresh ``/proc`` and
+  size-limited tmpfs at ``/tmp`` — the working directory lives there — and ``/dev/shm``;
+  or, with ``filesystem="visible"`` or where that fails, the machine's file system remounted
+  read-only, ``layers.visible_filesystem``), forks P, reaps everything and exits with P.
+  When a PID
   namespace's init exits, the kernel SIGKILLs every process left in it (double-forked,
   ``setsid``-ed daemons included) before B's ``waitpid`` on I returns.
 * **P** (the program): resource limits, an unprivileged uid/gid, ``no_new_privs``, the
@@ -34,8 +37,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's folder out
 try:
-    from layers import (PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PRELOAD,
-                        build_filter, check, enter_namespaces, libc, private_filesystem, set_limits)
+    import file_view
+    from layers import (MS_PRIVATE, MS_REC, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS,
+                        PR_SET_PDEATHSIG, PRELOAD, build_filter, check, enter_namespaces, libc,
+                        mount, set_limits, visible_filesystem, working_directory)
 finally:
     del sys.path[0]  # the program must not import the project
 
@@ -82,6 +87,8 @@ def run_program(cfg: dict, info: dict, workdir: str, seccomp_filter, ready_w: in
         os.environ.clear()
         os.environ.update(cfg["env"], HOME=workdir, TMPDIR=workdir)
         sys.argv = ["program.py"]
+        sys.executable = cfg["executable"]  # the real binary, the one the view holds
+        sys.path.extend(cfg["sys_path"])  # the folders of the packages the caller named
     except BaseException as exc:  # the sandbox could not be set up: never run the program
         os.write(2, f"zoopt sandbox: setup failed: {exc!r}\n".encode())
         os._exit(1)
@@ -149,16 +156,39 @@ def kill_descendants(pid: int) -> None:
                 pass
 
 
+def file_system(cfg: dict, info: dict) -> str:
+    """I's file system (docs/sandbox.md): the allowlist view where ``cfg["view"]`` is given and
+    the kernel allows it, else the machine's, read-only; returns the working directory."""
+    if not info["mount_namespace"]:
+        return cfg["workdir"]
+    with open(os.path.join(cfg["workdir"], "program.py"), "rb") as f:
+        program = f.read()
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if cfg["view"] is not None:
+        try:
+            file_view.build(cfg["workdir"], cfg["view"], cfg["disk_mb"], info["pid_namespace"])
+            info.update(private_filesystem=True, private_proc=info["pid_namespace"],
+                        read_only_root=True)
+        except OSError as exc:
+            info["notes"].append(f"allowlist file-system view: {exc}")
+            file_view.undo(cfg["workdir"])
+    if not info["private_filesystem"]:
+        visible_filesystem(cfg, info)
+    return working_directory(program, info, cfg["workdir"])
+
+
 def init(cfg: dict, info: dict, status_w: int, seccomp_filter) -> None:
     """I: never returns."""
     try:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if not info["pid_namespace"]:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        workdir = private_filesystem(cfg, info)
+        workdir = file_system(cfg, info)
         if not info["mount_namespace"] and info["uid"] is not None:
             os.chown(cfg["workdir"], info["uid"], info["uid"])
         os.write(status_w, (json.dumps(info) + "\n").encode())
+        if not info["private_filesystem"] and cfg["filesystem"] == "refuse":
+            os._exit(0)  # answer keys would be in reach: B reports "refused"
         ready_r, ready_w = os.pipe()
         program = os.fork()
         if program == 0:
@@ -212,7 +242,7 @@ def main() -> None:
     info = {"status": None, "returncode": None, "timed_out": False, "network_isolated": False,
             "pid_namespace": False, "mount_namespace": False, "user_namespace": False,
             "private_proc": False, "private_tmp": False, "read_only_root": False,
-            "seccomp": False,
+            "private_filesystem": False, "seccomp": False,
             "uid": None, "notes": []}
 
     def finish(**fields) -> None:
@@ -236,6 +266,8 @@ def main() -> None:
             info["uid"] = int(cfg["uid"])
         enter_namespaces(cfg, info)
         if not info["network_isolated"] and cfg["network"] == "refuse":
+            finish(status="refused")
+        if not info["mount_namespace"] and cfg["filesystem"] == "refuse":
             finish(status="refused")
         if not info["pid_namespace"]:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -264,6 +296,8 @@ def main() -> None:
         lines = f.read().splitlines()
     if lines:
         info.update(json.loads(lines[0]), notes=json.loads(lines[0])["notes"])
+        if not info["private_filesystem"] and cfg["filesystem"] == "refuse":
+            finish(status="refused")  # I ran nothing: see init
     if not finished:
         finish(status="timeout", timed_out=True)
     if len(lines) < 2:

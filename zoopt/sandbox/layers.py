@@ -1,9 +1,9 @@
 """The sandbox's isolation layers, used by ``boot.py`` in the child (stdlib only).
 
-Namespaces (``unshare``), the private file system (fresh ``/proc``, tmpfs scratch space, the
-standard library bound back where a tmpfs hides it, everything else remounted read-only), the
-seccomp filter (pyseccomp over the system's libseccomp) and the resource limits.  See
-docs/sandbox.md.
+Namespaces (``unshare``), the visible-file-system fallback (fresh ``/proc``, tmpfs scratch
+space, the standard library bound back where a tmpfs hides it, everything else remounted
+read-only; the allowlist view that replaces it is ``file_view.py``), the seccomp filter
+(pyseccomp over the system's libseccomp) and the resource limits.  See docs/sandbox.md.
 """
 
 import ctypes
@@ -141,16 +141,13 @@ def _hidden_ancestor(path: str) -> str | None:
     return None
 
 
-def private_filesystem(cfg: dict, info: dict) -> str:
-    """In I: private mounts, a fresh /proc, tmpfs scratch space, the interpreter's standard
-    library reachable by the unprivileged uid; returns the working directory."""
-    if not info["mount_namespace"]:
-        return cfg["workdir"]
-    with open(os.path.join(cfg["workdir"], "program.py"), "rb") as f:
-        program = f.read()
+def visible_filesystem(cfg: dict, info: dict) -> None:
+    """In I, where the allowlist view is not built (``filesystem="visible"``, or it failed): the
+    machine's file system stays visible, read-only — a fresh /proc, tmpfs scratch space, the
+    interpreter's standard library reachable by the unprivileged uid, every other mount point
+    remounted read-only."""
     # the stdlib directories, kept open: tmpfs below may hide them, and they are bound back
     keep = {d: os.open(d, os.O_PATH | os.O_DIRECTORY) for d in sys.path if os.path.isdir(d)}
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
     if info["pid_namespace"]:
         try:
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -186,12 +183,17 @@ def private_filesystem(cfg: dict, info: dict) -> str:
     for fd in keep.values():
         os.close(fd)
     read_only_elsewhere(scratch, info)
+
+
+def working_directory(program: bytes, info: dict, fallback: str) -> str:
+    """``/tmp/work`` on the private tmpfs, holding ``program.py``; ``fallback`` (the parent's
+    temporary directory) where there is no private /tmp."""
     workdir = "/tmp/work"
     try:
         os.mkdir(workdir, 0o700)
     except OSError as exc:  # no private /tmp after all: stay in the parent's directory
         info["notes"].append(f"private working directory: {exc}")
-        return cfg["workdir"]
+        return fallback
     info["private_tmp"] = True
     with open(os.path.join(workdir, "program.py"), "wb") as f:
         f.write(program)

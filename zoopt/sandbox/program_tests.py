@@ -27,7 +27,8 @@ from zoopt.rewards.timeouts import guard_time_left
 
 from .judge_pool import JudgePool
 from .judged_tests import MAX_MESSAGE_BYTES, Judgement, UnitTests, judge_programs
-from .programs import NETWORK_MODES, SandboxResult, isolation
+from .programs import FILESYSTEM_MODES, NETWORK_MODES, SandboxResult, isolation
+from .runtime_files import runtime_view
 
 _FENCE = "```"
 
@@ -73,9 +74,13 @@ class ProgramTestObjective(Objective):
       alive between calls.
     * ``max_message_bytes`` — the largest encoded call or result (a bigger one fails its test);
       ``judge_memory_mb`` — each judge worker's address space above its start size.
-    * ``memory_mb``, ``network`` and any other :func:`zoopt.sandbox.programs.run_program` option
-      in ``sandbox`` (a dict).  With ``network="refuse"`` (default) construction fails where
-      the sandbox cannot make a network namespace.
+    * ``memory_mb``, ``network``, ``filesystem``, ``packages`` and any other
+      :func:`zoopt.sandbox.programs.run_program` option in ``sandbox`` (a dict).  With
+      ``network="refuse"`` (default) construction fails where the sandbox cannot make a network
+      namespace; with ``filesystem="refuse"`` (default), where it cannot give the program the
+      allowlist file-system view (the program could read the machine's files, answer keys
+      included).  ``packages`` names the installed packages the programs may import (none by
+      default: the standard library only).
 
     ``last_judgements`` holds the last batch's judgements (:class:`~zoopt.sandbox.judged_tests.Judgement`)
     and ``last_results`` their sandbox results (for diagnosis; they decide nothing).
@@ -86,10 +91,16 @@ class ProgramTestObjective(Objective):
     def __init__(self, *, partial_credit: bool = False, timeout_s: float = 5.0,
                  batch_timeout_s: float = 60.0, workers: int | None = None,
                  memory_mb: int | None = 512, network: str = "refuse",
+                 filesystem: str = "refuse", packages: tuple[str, ...] | list[str] = (),
                  max_message_bytes: int = MAX_MESSAGE_BYTES, judge_memory_mb: int | None = 1024,
                  sandbox: dict[str, Any] | None = None) -> None:
         if network not in NETWORK_MODES:
             raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
+        if filesystem not in FILESYSTEM_MODES:
+            raise ValueError(f"filesystem must be one of {', '.join(FILESYSTEM_MODES)}, "
+                             f"got {filesystem!r}")
+        if isinstance(packages, str) or not all(isinstance(p, str) and p for p in packages):
+            raise ValueError(f"packages must be a list of package names, got {packages!r}")
         if not timeout_s > 0 or not batch_timeout_s > 0:
             raise ValueError(f"timeout_s and batch_timeout_s must be > 0, got {timeout_s}, "
                              f"{batch_timeout_s}")
@@ -99,11 +110,19 @@ class ProgramTestObjective(Objective):
         self.timeout_s, self.batch_timeout_s = float(timeout_s), float(batch_timeout_s)
         self.workers = int(workers) if workers else (os.cpu_count() or 1)
         self.max_message_bytes, self.judge_memory_mb = max_message_bytes, judge_memory_mb
-        self.sandbox_options = {"memory_mb": memory_mb, "network": network, **(sandbox or {})}
+        self.sandbox_options = {"memory_mb": memory_mb, "network": network,
+                                "filesystem": filesystem, "packages": tuple(packages),
+                                **(sandbox or {})}
+        if packages:
+            runtime_view(tuple(packages))  # a package that is not installed: a ValueError now
+        why = '; '.join(isolation().notes) or 'unknown reason'
         if network == "refuse" and not isolation().network_isolated:
             raise RuntimeError(f"{self.name}: this machine cannot give the sandbox a network "
-                               f"namespace ({'; '.join(isolation().notes) or 'unknown reason'}); "
-                               "pass network='warn' to run programs without it")
+                               f"namespace ({why}); pass network='warn' to run programs without it")
+        if filesystem == "refuse" and not isolation().private_filesystem:
+            raise RuntimeError(f"{self.name}: this machine cannot give the sandbox its allowlist "
+                               f"file-system view ({why}), so programs could read answer keys on "
+                               "disk; pass filesystem='warn' to run them anyway")
         self.last_judgements: list[Judgement] = []
         self.last_results: list[SandboxResult] = []
         self._judges: JudgePool | None = None

@@ -7,10 +7,13 @@ docs/sandbox.md for the threat model):
   /dev/null, a minimal environment, its own session;
 * fresh PID, network, mount, IPC and UTS namespaces (as root; as another user through a user
   namespace where the kernel allows one): no network at all (not even loopback), a private
-  ``/proc`` that shows only the program's processes, size-limited tmpfs over ``/tmp``,
-  ``/var/tmp``, ``/dev/shm`` and ``/run`` (the working directory is on that tmpfs), and when
-  the program ends or the deadline passes the namespace's init exits and the kernel kills
-  everything left in it — double-forked ``setsid`` daemons included — before the call returns;
+  ``/proc`` that shows only the program's processes, and when the program ends or the deadline
+  passes the namespace's init exits and the kernel kills everything left in it — double-forked
+  ``setsid`` daemons included — before the call returns;
+* a file system that holds only what the program needs (``runtime_files.py``, ``file_view.py``):
+  the interpreter, its standard library and shared libraries, the packages the caller names,
+  four ``/dev`` nodes, that ``/proc``, and size-limited tmpfs at ``/tmp`` (the working
+  directory) and ``/dev/shm`` — no site-packages, checkout, dataset, cache or ``/etc``;
 * an unprivileged uid/gid when the parent is root (a fresh uid per run by default, so the
   process limit counts this program's processes only), ``no_new_privs``;
 * resource limits: CPU seconds, address space, file size, open files, processes, no core
@@ -26,7 +29,9 @@ docs/sandbox.md for the threat model):
 
 Where the kernel refuses a network namespace, ``network="refuse"`` (default) does not run the
 program (status ``"refused"``) and ``network="warn"`` runs it with a RuntimeWarning; either way
-``SandboxResult.network_isolated`` records it.  :func:`isolation` probes once what this
+``SandboxResult.network_isolated`` records it.  ``filesystem`` does the same for the file-system
+view (``SandboxResult.private_filesystem``); ``filesystem="visible"`` asks for the machine's
+file system, read-only, instead.  :func:`isolation` probes once what this
 machine gives.
 
 Example, for a user objective::
@@ -63,10 +68,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .runtime_files import runtime_view
+
 BOOTSTRAP = Path(__file__).with_name("boot.py")
 STATUSES = ("ok", "failed", "timeout", "output_limit", "cancelled", "refused", "skipped",
             "sandbox_error")
 NETWORK_MODES = ("refuse", "warn")
+FILESYSTEM_MODES = ("refuse", "warn", "visible")
 UID_RANGE = (1_000_000_000, 2_000_000_000)  # no account uses these: a fresh uid per run
 _GRACE_S = 3.0  # the parent's own deadline is the bootstrap's plus this
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -79,7 +87,8 @@ class SandboxResult:
     ``status``: ``"ok"`` (exit code 0), ``"failed"`` (non-zero exit, uncaught exception or a
     signal), ``"timeout"`` (killed at the deadline), ``"output_limit"`` (stdout or stderr past
     ``max_output_bytes``), ``"cancelled"`` (the caller's cancel event or batch deadline),
-    ``"refused"`` (no network namespace and ``network="refuse"``), ``"skipped"`` (a batch
+    ``"refused"`` (no network namespace and ``network="refuse"``, or no allowlist file-system
+    view and ``filesystem="refuse"``), ``"skipped"`` (a batch
     deadline passed before it started), ``"sandbox_error"`` (the sandbox could not be set up;
     the program never ran).  ``returncode`` is the exit code, or ``-signal`` as in
     ``subprocess``; None when the program did not finish.
@@ -93,6 +102,7 @@ class SandboxResult:
     network_isolated: bool = False
     pid_namespace: bool = False
     private_tmp: bool = False
+    private_filesystem: bool = False
     seccomp: bool = False
     uid: int | None = None
     duration_s: float = 0.0
@@ -120,6 +130,7 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
                 cpu_s: float | None = None, file_mb: int = 16, disk_mb: int = 64,
                 max_processes: int = 16, max_open_files: int = 64,
                 max_output_bytes: int = 256 * 1024, network: str = "refuse",
+                filesystem: str = "refuse", packages: Sequence[str] = (),
                 uid: int | None = None, allow_exec: bool = False, seccomp: bool = True,
                 namespaces: bool = True, env: dict[str, str] | None = None,
                 cancel: threading.Event | None = None,
@@ -139,6 +150,14 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
       uid per run, so this counts the program's own only); ``max_open_files`` — ``RLIMIT_NOFILE``.
     * ``max_output_bytes`` — cap on each of stdout and stderr; past it the program is stopped.
     * ``network`` — ``"refuse"`` or ``"warn"``: what to do where no network namespace can be made.
+    * ``filesystem`` — ``"refuse"`` or ``"warn"``: what to do where the allowlist view (only the
+      interpreter, its standard library and libraries, ``packages``, ``/dev`` nodes, a private
+      ``/proc``, ``/tmp`` and ``/dev/shm``) cannot be built — the program would read everything
+      any user may read, answer keys included; ``"visible"``: the machine's file system,
+      read-only, on purpose (what the sandbox gave before the view).
+    * ``packages`` — names of installed packages the program may import (``("numpy",)``): each
+      package's folder is bound in read-only and put on the program's ``sys.path``; name every
+      one it imports (their dependencies are not followed).
     * ``uid`` — the uid/gid to run as when the parent is root (default: a fresh one from
       ``UID_RANGE``; 65534 is ``nobody``).
     * ``allow_exec`` — let the program ``execve`` (``os.system``, ``subprocess``); off by default.
@@ -152,6 +171,10 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
     """
     if network not in NETWORK_MODES:
         raise ValueError(f"network must be one of {', '.join(NETWORK_MODES)}, got {network!r}")
+    if filesystem not in FILESYSTEM_MODES:
+        raise ValueError(f"filesystem must be one of {', '.join(FILESYSTEM_MODES)}, "
+                         f"got {filesystem!r}")
+    view = _view(filesystem, tuple(packages))
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     start = time.monotonic()
@@ -171,6 +194,9 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
             "uid": int(uid) if uid is not None else secrets.randbelow(UID_RANGE[1] - UID_RANGE[0])
             + UID_RANGE[0],
             "allow_exec": bool(allow_exec), "namespaces": bool(namespaces),
+            "filesystem": filesystem, "view": view,
+            "executable": os.path.realpath(sys.executable),
+            "sys_path": view["sys_path"] if view is not None else [],
             "env": {str(k): str(v) for k, v in (env or {}).items()},
             "channel_fd": channel.fileno() if channel is not None else None,
             **(_seccomp_paths() if seccomp else {}),
@@ -193,7 +219,26 @@ def run_program(source: str, *, timeout_s: float = 10.0, memory_mb: int | None =
     if not result.network_isolated and result.status != "refused" and network == "warn":
         warnings.warn("sandbox: no network namespace could be made; the program ran with the "
                       "machine's network (network='warn')", RuntimeWarning, stacklevel=2)
+    if not result.private_filesystem and result.status != "refused" and filesystem == "warn":
+        warnings.warn("sandbox: no allowlist file-system view could be made; the program could "
+                      "read every file any user may read (filesystem='warn')", RuntimeWarning,
+                      stacklevel=2)
     return result
+
+
+def _view(filesystem: str, packages: tuple[str, ...]) -> dict | None:
+    """The allowlist for ``packages`` (``runtime_files.runtime_view``); None for
+    ``filesystem="visible"`` or when the probe failed (the child then cannot build the view, and
+    ``filesystem`` decides)."""
+    if filesystem == "visible":
+        if packages:
+            raise ValueError("packages: only the allowlist view binds packages; "
+                             "filesystem='visible' shows every installed one")
+        return None
+    try:
+        return runtime_view(packages)
+    except RuntimeError:
+        return None
 
 
 def _collect(proc: subprocess.Popen, report_r: int, start: float, timeout_s: float,
@@ -272,6 +317,7 @@ def _result(data: dict, truncated: dict, stop_reason: str | None, duration: floa
         network_isolated=bool(report.get("network_isolated")),
         pid_namespace=bool(report.get("pid_namespace")),
         private_tmp=bool(report.get("private_tmp")),
+        private_filesystem=bool(report.get("private_filesystem")),
         seccomp=bool(report.get("seccomp")), uid=report.get("uid"),
         duration_s=duration, stdout_truncated=truncated["stdout"],
         stderr_truncated=truncated["stderr"], notes=tuple(report.get("notes") or ()))
@@ -349,5 +395,6 @@ def run_until(one: Callable[[int], None], count: int, workers: int, end: float,
 @functools.lru_cache(maxsize=1)
 def isolation() -> SandboxResult:
     """What the sandbox gives on this machine: a trivial program's result (its
-    ``network_isolated``, ``pid_namespace``, ``private_tmp``, ``seccomp``, ``uid``), run once."""
-    return run_program("pass", timeout_s=30, network="refuse")
+    ``network_isolated``, ``pid_namespace``, ``private_tmp``, ``private_filesystem``,
+    ``seccomp``, ``uid``), run once."""
+    return run_program("pass", timeout_s=30, network="refuse", filesystem="warn")
