@@ -1,5 +1,7 @@
-"""The deadline pool: a real overrun is killed and replaced, the pool recovers, nothing is left behind."""
+"""The deadline pool: a real overrun is killed and replaced, the pool recovers, nothing is left behind;
+and the worker process it shares with the judge pool (zoopt/deadline/process.py) is capped."""
 
+import os
 import time
 from pathlib import Path
 
@@ -9,10 +11,9 @@ from zoopt.deadline.pool import DeadlinePool
 from objectives.math_grader import CHECK_FILE
 from worker_processes import alive, worker_pids, zombie_children
 from zoopt.rewards.timeouts import call_with_timeout
+from zoopt.sandbox.judge_pool import JudgePool
 
 TARGETS = Path(__file__).with_name("deadline_targets.py")
-
-
 
 
 def _pool(function, **kw):
@@ -77,6 +78,30 @@ def test_a_worker_past_its_memory_limit_fails_alone():
         hog.close()
 
 
+def _address_space(pid: int) -> tuple[int, int]:
+    """(its size now, its RLIMIT_AS) in bytes, from /proc."""
+    size = int(Path(f"/proc/{pid}/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    line = next(l for l in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                if l.startswith("Max address space"))
+    return size, int(line.split()[3])
+
+
+def test_both_pools_cap_a_ready_worker_at_its_size_plus_memory_mb():
+    """The cap comes from the shared worker process, so the judge's workers get it too."""
+    echo, judges = _pool("echo", workers=1, memory_mb=256), JudgePool(1, memory_mb=256)
+    try:
+        assert echo.warm()
+        with judges.checkout() as judge:
+            assert judge.wait_ready(time.monotonic() + 60)
+            pids = echo.pids() + [judge.process.pid]
+        for pid in pids:
+            size, limit = _address_space(pid)
+            assert size < limit <= size + 256 * 2**20
+    finally:
+        echo.close()
+        judges.close()
+
+
 def test_the_batch_deadline_cancels_what_has_not_started():
     sleeper = _pool("sleep_then", workers=1)
     try:
@@ -128,6 +153,20 @@ def test_a_worker_that_cannot_start_fails_the_calls_instead_of_respawning_foreve
         [out] = pool.map([(1,)], timeout_s=5)
         assert out.status == "error" and "cannot start" in out.value
         assert time.perf_counter() - start < 60
+    finally:
+        pool.close()
+    assert not zombie_children()
+
+
+def test_a_worker_that_cannot_be_capped_is_never_used(monkeypatch):
+    def refuse(*args):
+        raise PermissionError("no prlimit here")
+
+    monkeypatch.setattr("zoopt.deadline.process.resource.prlimit", refuse)
+    pool = _pool("echo", workers=1, memory_mb=64)
+    try:
+        [out] = pool.map([(1,)], timeout_s=5)
+        assert out.status == "error" and "cannot start" in out.value
     finally:
         pool.close()
     assert not zombie_children()

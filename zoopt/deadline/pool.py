@@ -23,12 +23,13 @@ Contract of :meth:`DeadlinePool.map`:
   zombie is left) before :meth:`map` returns.  :meth:`close` ends them all (also at exit).
 * If :meth:`map` is interrupted (an exception in the caller's thread, such as the reward guard's
   timer), every worker that was busy is killed and replaced, so no stale answer is ever read.
-* Each worker is a fresh interpreter (``python zoopt/deadline/worker.py``) that loads the
-  target's module **file** on its own — not its package, so a worker imports sympy, not torch —
-  and limits its address space to its size at start plus ``memory_mb`` (``RLIMIT_AS``).  A
-  worker is used once it says it is ready (about 0.7 s after its start on an idle machine); a
-  killed worker's replacement starts at once, so it is usually warm by the next call.  No
-  ``multiprocessing`` start method is involved: nothing re-runs the caller's ``__main__``.
+* Each worker is a fresh interpreter (``python zoopt/deadline/worker.py``, a
+  :class:`~zoopt.deadline.process.WorkerProcess`) that loads the target's module **file** on
+  its own — not its package, so a worker imports sympy, not torch.  It is used once it says it
+  is ready (about 0.7 s after its start on an idle machine), its address space then capped at
+  its size plus ``memory_mb`` (``RLIMIT_AS``); a killed worker's replacement starts at once, so
+  it is usually warm by the next call.  No ``multiprocessing`` start method is involved:
+  nothing re-runs the caller's ``__main__``.
 
 Threads: one :meth:`map` at a time (a lock); a second caller waits for the first.
 """
@@ -36,8 +37,6 @@ Threads: one :meth:`map` at a time (a lock); a second caller waits for the first
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -47,9 +46,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Sequence
 
+from .process import START_TIMEOUT_S, WorkerProcess, kill_all
+
 STATUSES = ("ok", "error", "timeout", "cancelled")
 WORKER = Path(__file__).with_name("worker.py")
-START_TIMEOUT_S = 60.0  # a worker that is not ready by then is reported as an error
 MAX_FAILED_STARTS = 3  # workers dying before they are ready, in a row: the calls fail instead
 
 
@@ -62,40 +62,18 @@ class Outcome:
     seconds: float = 0.0
 
 
-class _Worker:
-    """One worker process and the parent's ends of its two pipes."""
+class _Worker(WorkerProcess):
+    """One worker process, the parent's ends of its two pipes, and the call it runs."""
 
     def __init__(self, path: str, function: str, memory_mb: int | None) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, str(WORKER), path, function, str(to_child_r), str(from_child_w),
-                 str(int(memory_mb or 0))],
-                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, close_fds=True)
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
         self.inbox = Connection(from_child_r, writable=False)
         self.outbox = Connection(to_child_w, readable=False)
-        self.born = time.monotonic()
-        self.ready = False
+        super().__init__([str(WORKER), path, function, str(to_child_r), str(from_child_w)],
+                         (to_child_r, from_child_w), (self.inbox, self.outbox), memory_mb)
         self.job: int | None = None  # the index of the call it runs
         self.started = 0.0
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL, reap, close the pipes."""
-        if self.process.poll() is None:
-            self.process.kill()
-        try:
-            self.process.wait(5.0)
-        except subprocess.TimeoutExpired:
-            pass
-        self.inbox.close()
-        self.outbox.close()
 
 
 class DeadlinePool:
@@ -114,7 +92,7 @@ class DeadlinePool:
         self._lock = threading.Lock()
         self.killed = 0  # workers killed for overrunning, over the pool's life
         self._failed_starts = 0
-        self._finalizer = weakref.finalize(self, _close_workers, self._workers)
+        self._finalizer = weakref.finalize(self, kill_all, self._workers)
 
     def _spawn(self) -> _Worker:
         return _Worker(self.path, self.function, self.memory_mb)
@@ -130,7 +108,7 @@ class DeadlinePool:
     def close(self) -> None:
         """End every worker (they also end when the pool is collected or the parent exits)."""
         with self._lock:
-            _close_workers(self._workers)
+            kill_all(self._workers)
 
     def warm(self, timeout_s: float = START_TIMEOUT_S) -> bool:
         """Start the missing workers and wait until every worker is ready (at most ``timeout_s``);
@@ -144,7 +122,8 @@ class DeadlinePool:
                 for inbox in wait([w.inbox for w in waiting], timeout=max(0.0, end - time.monotonic())):
                     worker = next(w for w in waiting if w.inbox is inbox)
                     try:
-                        worker.ready = worker.inbox.recv() == ("ready",)
+                        if worker.inbox.recv() == ("ready",):
+                            worker.became_ready()
                     except (EOFError, OSError):
                         self._replace(self._workers.index(worker))
             return all(w.ready for w in self._workers)
@@ -207,7 +186,9 @@ class DeadlinePool:
                     except (EOFError, OSError):
                         message = None
                     if message == ("ready",):
-                        worker.ready, self._failed_starts = True, 0
+                        worker.became_ready()
+                        if worker.ready:  # not when it could not be capped (then killed)
+                            self._failed_starts = 0
                         continue
                     if message is None and not worker.ready:  # died while starting
                         self._failed_starts += 1
@@ -231,10 +212,3 @@ class DeadlinePool:
                     worker.job = None
                     self.killed += 1
                     self._replace(i)
-
-
-def _close_workers(workers: list[_Worker]) -> None:
-    for worker in workers:
-        worker.job = None
-        worker.kill()
-    workers.clear()

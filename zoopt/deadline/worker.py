@@ -1,30 +1,22 @@
 """A :class:`zoopt.deadline.pool.DeadlinePool` worker, run by path (never imported).
 
-``python worker.py MODULE_FILE FUNCTION READ_FD WRITE_FD MEMORY_MB``: load the module
-file on its own (not through its package, so the worker imports only what that file imports),
-limit the address space to its size now plus ``MEMORY_MB`` (0: no limit), send ``("ready",)``,
-then answer each ``(job, args)`` with ``(job, "ok", FUNCTION(*args))`` or
-``(job, "error", one line)`` until the pipe closes.
+``python worker.py MODULE_FILE FUNCTION READ_FD WRITE_FD``: load the module file on its own
+(not through its package, so the worker imports only what that file imports), send
+``("ready",)`` (the pool then caps its memory), then answer each ``(job, args)`` with
+``(job, "ok", FUNCTION(*args))`` or ``(job, "error", one line)`` until the pipe closes.
 """
 
 import importlib.util
-import os
-import resource
 import sys
 from multiprocessing.connection import Connection
 
 
-def main(path: str, function: str, read_fd: int, write_fd: int, memory_mb: int) -> None:
+def main(path: str, function: str, read_fd: int, write_fd: int) -> None:
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     spec = importlib.util.spec_from_file_location("_zoopt_deadline_target", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fn = getattr(module, function)
-    if memory_mb > 0:
-        with open("/proc/self/statm") as fh:
-            size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limit = size + memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     outbox.send(("ready",))
     while True:
         try:
@@ -42,4 +34,4 @@ def main(path: str, function: str, read_fd: int, write_fd: int, memory_mb: int) 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -1,18 +1,23 @@
 """Worker processes that run a dataset's tests (trusted code) with a hard deadline per job.
 
 The judge of a program's tests (``trusted_judge.py``) runs the dataset's code, which can loop
-(a ``while`` over the model's answers) or take long; like :mod:`zoopt.deadline.pool`, it
-therefore runs in a worker process that is killed (SIGKILL, reaped) and replaced when its job
-overruns.  Unlike the deadline pool, a job here talks to a sandboxed program while it runs, so
-each job comes with a file descriptor — the judge's end of the program's channel, passed over
-a Unix socket (``SCM_RIGHTS``) — and reports each test as it finishes, so a job that is killed
-keeps the tests it had already judged.  Each calling thread checks out a worker of its own
+(a ``while`` over the model's answers) or take long; it therefore runs in a worker process
+(:class:`zoopt.deadline.process.WorkerProcess`, as the deadline pool's workers do) that is
+killed (SIGKILL, reaped) and replaced when its job overruns.  It is not a
+:class:`zoopt.deadline.pool.DeadlinePool`, whose ``map`` sends a batch of argument tuples
+over pipes: a job here talks to a sandboxed program while it runs, so it comes with a file
+descriptor — the judge's end of the program's channel, passed over a Unix socket
+(``SCM_RIGHTS``) — and reports each test as it finishes, so a job that is killed keeps the
+tests it had already judged.  Each calling thread checks out a worker of its own
 (:meth:`JudgePool.checkout`); a pool of ``size`` workers serves ``size`` threads at once.
 
-A worker is a fresh interpreter (``python -I zoopt/sandbox/judge_worker.py``) that loads only the
-judge's three standard-library files, with its address space capped at its start size plus
-``memory_mb``; started once and reused, it costs one interpreter start per pool rather than
-per program.  Its stdout goes to /dev/null (a test's prints are not the trainer's output).
+A worker is a fresh, isolated interpreter (``python -I zoopt/sandbox/judge_worker.py``), not a
+fork of the trainer: it is the trusted side, so it loads only the judge's three
+standard-library files — no ``objectives`` package, no torch, no ``PYTHON*`` variable or user
+site-packages — starts in a fraction of a second, and can be killed at any moment without
+harm to the trainer.  Its address space is capped at its size when ready plus ``memory_mb``;
+started once and reused, it costs one interpreter start per pool rather than per program.
+Its stdout goes to /dev/null (a test's prints are not the trainer's output).
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import json
 import select
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -30,8 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoopt.deadline.process import WorkerProcess, kill_all
+
 WORKER = Path(__file__).with_name("judge_worker.py")
-START_TIMEOUT_S = 60.0  # a worker that is not ready by then fails its job
 
 
 @dataclass
@@ -72,22 +77,15 @@ class _Frames:
                 return None
 
 
-class JudgeWorker:
+class JudgeWorker(WorkerProcess):
     """One worker process; used by one thread at a time (see :meth:`JudgePool.checkout`)."""
 
     def __init__(self, memory_mb: int | None) -> None:
         ours, theirs = socket.socketpair()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", str(WORKER), str(theirs.fileno()), str(int(memory_mb or 0))],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self.sock, self.frames = ours, _Frames(ours)
-        self.born, self.ready, self.broken = time.monotonic(), False, False
+        fd = theirs.detach()
+        self.sock, self.frames, self.broken = ours, _Frames(ours), False
+        super().__init__(["-I", str(WORKER), str(fd)], (fd,), (ours,), memory_mb,
+                         stdout=subprocess.DEVNULL)
 
     def wait_ready(self, until: float) -> bool:
         try:
@@ -95,7 +93,8 @@ class JudgeWorker:
                 message = self.frames.next(until)
                 if message is None:
                     return False
-                self.ready = message == {"ready": True}
+                if message == {"ready": True}:
+                    self.became_ready()
         except (EOFError, OSError, ValueError):
             self.broken = True
         return self.ready and not self.broken
@@ -133,18 +132,6 @@ class JudgeWorker:
             report.notes.append(f"the judge worker died ({exc}; exit code {self.process.poll()})")
             return report
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        try:
-            self.process.wait(5.0)
-        except subprocess.TimeoutExpired:
-            pass
-        self.sock.close()
-
 
 class JudgePool:
     """Up to ``size`` judge workers; :meth:`checkout` lends one to the calling thread."""
@@ -157,7 +144,7 @@ class JudgePool:
         self._all: list[JudgeWorker] = []
         self._lock = threading.Condition()
         self.killed = 0  # workers killed (overrun, cancelled, died) over the pool's life
-        self._finalizer = weakref.finalize(self, _kill_all, self._all)
+        self._finalizer = weakref.finalize(self, kill_all, self._all)
 
     def pids(self) -> list[int]:
         """The pids of the worker processes alive now."""
@@ -194,12 +181,5 @@ class JudgePool:
     def close(self) -> None:
         """End every worker (they also end when the pool is collected or the parent exits)."""
         with self._lock:
-            _kill_all(self._all)
+            kill_all(self._all)
             self._idle.clear()
-
-
-def _kill_all(workers: list[JudgeWorker]) -> None:
-    for worker in workers:
-        worker.kill()
-    workers.clear()
-

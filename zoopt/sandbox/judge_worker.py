@@ -1,8 +1,8 @@
 """A judge worker of :class:`zoopt.sandbox.judge_pool.JudgePool`, run by path (never imported).
 
-``python -I judge_worker.py CONTROL_FD MEMORY_MB``: loads ``trusted_judge.py`` and its two
-helpers by path (not the ``objectives`` package, which would import torch), limits its address
-space to its size now plus ``MEMORY_MB`` (0: no limit) and says ``{"ready": true}``.  Then, for
+``python -I judge_worker.py CONTROL_FD``: loads ``trusted_judge.py`` and its two helpers by
+path (not the ``objectives`` package, which would import torch) and says ``{"ready": true}``
+(the pool then caps its memory: :mod:`zoopt.deadline.process`).  Then, for
 each job on the control socket — one byte with a file descriptor attached (``SCM_RIGHTS``: the
 judge's end of the channel to a sandboxed program) and a frame with the tests' JSON spec — it
 runs :func:`trusted_judge.judge`, sends ``{"unit": [i, outcome]}`` as each unit finishes and
@@ -11,7 +11,6 @@ runs :func:`trusted_judge.judge`, sends ``{"unit": [i, outcome]}`` as each unit 
 
 import json
 import os
-import resource
 import socket
 import sys
 
@@ -25,17 +24,12 @@ finally:
 SPEC_LIMIT = 1 << 26  # the spec comes from the trusted parent; this only guards a broken one
 
 
-def main(control_fd: int, memory_mb: int) -> None:
+def main(control_fd: int) -> None:
     control = socket.socket(fileno=control_fd)
 
     def send(message) -> None:
         plain_data.write_frame(control_fd, json.dumps(message).encode())
 
-    if memory_mb > 0:
-        with open("/proc/self/statm") as fh:
-            size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limit = size + memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     send({"ready": True})
     while True:
         try:
@@ -58,4 +52,4 @@ def main(control_fd: int, memory_mb: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]))

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from zoopt.deadline.process import START_TIMEOUT_S
+
 from .strict_tests import check_units, statement_units
-from .judge_pool import START_TIMEOUT_S, JudgePool
+from .judge_pool import JudgePool
 from .programs import SandboxResult, run_program, run_until
 
 MAX_MESSAGE_BYTES = 4 << 20  # one call's arguments or one result, encoded
