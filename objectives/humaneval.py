@@ -94,8 +94,11 @@ class HumanEval(ProgramTestObjective):
     def problems(self, split: str, n: int | None = None) -> list[dict]:
         """The problems of ``split`` in file order (the first ``n``)."""
         check_split(split)
-        rows = (load_rows("humaneval", "hub", lambda: load_hub(HUB), None)[0] if self.source == "hub"
-                else load_problems(self.data_file))
+        if self.source == "hub":
+            rows, self.data_source = load_rows("humaneval", "hub", lambda: load_hub(HUB), None)
+        else:
+            rows = load_problems(self.data_file)
+            self.data_source = "offline" if self.data_file is None else "files"
         chosen = [p for p in rows
                   if split_of(f"humaneval:{p['task_id']}", self.test_fraction) == split]
         if n is not None and n > len(chosen):

@@ -96,8 +96,11 @@ class MBPP(ProgramTestObjective):
         from datasets import load_dataset
 
         if self.data_files is None:
-            return load_rows("mbpp", self.source, lambda: load_dataset(self.path, self.config, split=hub_split).to_list(),
-                             None)[0]
+            rows, self.data_source = load_rows(
+                "mbpp", self.source,
+                lambda: load_dataset(self.path, self.config, split=hub_split).to_list(), None)
+            return rows
+        self.data_source = "files"
         files = self.data_files.get(hub_split)
         if files is None:
             raise ValueError(f"mbpp data_files has no {hub_split!r} split "

