@@ -8,6 +8,7 @@ Gaussian-smoothing gradient E[f(θ+σε)·ε]/σ = ∇f_σ(θ) (Nesterov & Spoko
 
 from __future__ import annotations
 
+from zoopt.hparams.keys import check_key
 from zoopt.types import Member, Population
 
 from .base import SignedEstimator, member_seeds
@@ -17,13 +18,6 @@ class OnePoint(SignedEstimator):
     """Independent members, each with its own seed and sign +1."""
 
     def plan(self, step: int, population_size: int, sigma: float, base_seed: int) -> Population:
-        _check(population_size, sigma)
+        population_size, sigma = check_key("population_size", population_size), check_key("sigma", sigma)
         seeds = member_seeds(base_seed, step, population_size)
-        return Population(step, float(sigma), tuple(Member(s, 1) for s in seeds))
-
-
-def _check(population_size: int, sigma: float) -> None:
-    if not isinstance(population_size, int) or population_size < 2:
-        raise ValueError(f"population_size must be an integer ≥ 2, got {population_size!r}")
-    if not (isinstance(sigma, (int, float)) and sigma > 0 and sigma != float("inf")):
-        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+        return Population(step, sigma, tuple(Member(s, 1) for s in seeds))

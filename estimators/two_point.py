@@ -8,19 +8,19 @@ estimator's (Salimans et al. 2017, "mirrored sampling").
 
 from __future__ import annotations
 
+from zoopt.hparams.keys import check_key
 from zoopt.types import Member, Population
 
 from .base import SignedEstimator, member_seeds
-from .one_point import _check
 
 
 class TwoPoint(SignedEstimator):
     """Antithetic pairs; ``population_size`` counts members, so it must be even."""
 
     def plan(self, step: int, population_size: int, sigma: float, base_seed: int) -> Population:
-        _check(population_size, sigma)
+        population_size, sigma = check_key("population_size", population_size), check_key("sigma", sigma)
         if population_size % 2:
             raise ValueError(f"TwoPoint needs an even population_size, got {population_size}")
         seeds = member_seeds(base_seed, step, population_size // 2)
         members = tuple(Member(s, sign) for s in seeds for sign in (1, -1))
-        return Population(step, float(sigma), members)
+        return Population(step, sigma, members)

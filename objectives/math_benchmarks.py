@@ -1,21 +1,13 @@
-r"""The registered math benchmarks: one :class:`~objectives.math_objective.Benchmark` each.
+r"""The registered math benchmarks: one row of :data:`TABLE` each, one class made by :func:`benchmark_class`.
 
-| name | hub id (split) | question / answer columns | problems |
-|---|---|---|---|
-| ``math500`` | ``HuggingFaceH4/MATH-500`` (test) | ``problem`` / ``answer`` | 500 |
-| ``aime24`` | ``HuggingFaceH4/aime_2024`` (train) | ``problem`` / ``answer`` | 30 |
-| ``aime25`` | ``math-ai/aime25`` (test) | ``problem`` / ``answer`` | 30 |
-| ``amc23`` | ``math-ai/amc23`` (test) | ``question`` / ``answer`` | 40 |
-| ``minerva`` | ``math-ai/minervamath`` (test) | ``question`` / ``answer`` | 272 |
-| ``olympiadbench`` | ``math-ai/olympiadbench`` (test) | ``question`` / ``final_answer`` (a list) | 675 |
-| ``deepscaler`` | ``agentica-org/DeepScaleR-Preview-Dataset`` (train) | ``problem`` / ``answer`` | 40,315 |
-| ``champ`` | offline only: ``champ-dataset`` | see :mod:`objectives.champ` | 85 |
-
-All but ``deepscaler`` are evaluation sets (``test_fraction = 1.0``); ``deepscaler``, the hard
-setting's training set, keeps 1 % of its problems (by hash) as ``test`` for held-out
-evaluation during training.  None of the hub sets ships in a Python package (docs/objectives.md
-says what was searched), so they need the hub once (or ``data_files``); ``champ`` is the
-offline math set.
+A row is the class name the registry points at (``objectives/__init__.py``), one line on the
+set, and its :class:`~objectives.math_objective.Benchmark`: the registered name, where the rows
+come from (a hub dataset and split; ``champ``: offline only, :mod:`objectives.champ`), the
+question / answer / id columns, the number of problems, and the share that is ``test``.  All
+but ``deepscaler`` are evaluation sets (``test_fraction = 1.0``); ``deepscaler``, the hard
+setting's training set, keeps 1 % of its problems (by hash) as ``test`` for held-out evaluation
+during training.  None of the hub sets ships in a Python package (docs/objectives.md says what
+was searched), so they need the hub once (or ``data_files``); ``champ`` is the offline math set.
 """
 
 from __future__ import annotations
@@ -23,64 +15,41 @@ from __future__ import annotations
 from .math_objective import Benchmark, MathBenchmark
 from .sources import HubDataset
 
-MATH500 = Benchmark("math500", HubDataset("HuggingFaceH4/MATH-500", "test"), "problem", "answer",
-                    id="unique_id", size=500)
-AIME24 = Benchmark("aime24", HubDataset("HuggingFaceH4/aime_2024", "train"), "problem", "answer",
-                   id="id", size=30)
-AIME25 = Benchmark("aime25", HubDataset("math-ai/aime25", "test"), "problem", "answer", id="id", size=30)
-AMC23 = Benchmark("amc23", HubDataset("math-ai/amc23", "test"), "question", "answer", id="id", size=40)
-MINERVA = Benchmark("minerva", HubDataset("math-ai/minervamath", "test"), "question", "answer", size=272)
-OLYMPIADBENCH = Benchmark("olympiadbench", HubDataset("math-ai/olympiadbench", "test"), "question",
-                          "final_answer", id="id", size=675)
-DEEPSCALER = Benchmark("deepscaler", HubDataset("agentica-org/DeepScaleR-Preview-Dataset", "train"),
-                       "problem", "answer", size=40_315, test_fraction=0.01)
-CHAMP = Benchmark("champ", None, "problem", "answer", id="id", offline="objectives.champ:numeric_problems",
-                  size=85)
+
+def benchmark_class(class_name: str, doc: str, benchmark: Benchmark) -> type[MathBenchmark]:
+    """The :class:`MathBenchmark` subclass ``class_name`` that reads ``benchmark`` (the registry builds it
+    with the objective's keyword arguments, as any objective class)."""
+    return type(class_name, (MathBenchmark,), {"__doc__": doc, "__module__": __name__, "__qualname__": class_name,
+                                               "name": benchmark.name, "benchmark": benchmark})
 
 
-class Math500(MathBenchmark):
-    """MATH-500 (Lightman et al. 2023's subset of MATH)."""
+#: class name, what the set is, and its Benchmark(name, source, question, answer, id, offline, size, test_fraction)
+TABLE: tuple[tuple[str, str, Benchmark], ...] = (
+    ("Math500", "MATH-500 (Lightman et al. 2023's subset of MATH).",
+     Benchmark("math500", HubDataset("HuggingFaceH4/MATH-500", "test"), "problem", "answer", id="unique_id", size=500)),
+    ("AIME24", "AIME 2024, both papers (I and II).",
+     Benchmark("aime24", HubDataset("HuggingFaceH4/aime_2024", "train"), "problem", "answer", id="id", size=30)),
+    ("AIME25", "AIME 2025, both papers (I and II).",
+     Benchmark("aime25", HubDataset("math-ai/aime25", "test"), "problem", "answer", id="id", size=30)),
+    ("AMC23", "AMC 2023 (the 40 problems of the usual evaluation set).",
+     Benchmark("amc23", HubDataset("math-ai/amc23", "test"), "question", "answer", id="id", size=40)),
+    ("Minerva", "Minerva Math (Lewkowycz et al. 2022's OCWCourses problems).",
+     Benchmark("minerva", HubDataset("math-ai/minervamath", "test"), "question", "answer", size=272)),
+    ("OlympiadBench", "OlympiadBench's English, text-only, open-ended math competition problems.",
+     Benchmark("olympiadbench", HubDataset("math-ai/olympiadbench", "test"), "question", "final_answer", id="id",
+               size=675)),
+    ("DeepScaleR", "DeepScaleR-Preview (the paper's hard-setting training set).",
+     Benchmark("deepscaler", HubDataset("agentica-org/DeepScaleR-Preview-Dataset", "train"), "problem", "answer",
+               size=40_315, test_fraction=0.01)),
+    ("Champ", "CHAMP's one-number-answer problems, offline (see :mod:`objectives.champ`).",
+     Benchmark("champ", None, "problem", "answer", id="id", offline="objectives.champ:numeric_problems", size=85)),
+)
 
-    name, benchmark = "math500", MATH500
+#: registered name → its objective class
+CLASSES: dict[str, type[MathBenchmark]] = {b.name: benchmark_class(cls, doc, b) for cls, doc, b in TABLE}
 
+# the registry's lazy targets ("objectives.math_benchmarks:Math500", ...): each class bound once, by its name
+Math500, AIME24, AIME25, AMC23, Minerva, OlympiadBench, DeepScaleR, Champ = CLASSES.values()
 
-class AIME24(MathBenchmark):
-    """AIME 2024, both papers (I and II)."""
-
-    name, benchmark = "aime24", AIME24
-
-
-class AIME25(MathBenchmark):
-    """AIME 2025, both papers (I and II)."""
-
-    name, benchmark = "aime25", AIME25
-
-
-class AMC23(MathBenchmark):
-    """AMC 2023 (the 40 problems of the usual evaluation set)."""
-
-    name, benchmark = "amc23", AMC23
-
-
-class Minerva(MathBenchmark):
-    """Minerva Math (Lewkowycz et al. 2022's OCWCourses problems)."""
-
-    name, benchmark = "minerva", MINERVA
-
-
-class OlympiadBench(MathBenchmark):
-    """OlympiadBench's English, text-only, open-ended math competition problems."""
-
-    name, benchmark = "olympiadbench", OLYMPIADBENCH
-
-
-class DeepScaleR(MathBenchmark):
-    """DeepScaleR-Preview (the paper's hard-setting training set)."""
-
-    name, benchmark = "deepscaler", DEEPSCALER
-
-
-class Champ(MathBenchmark):
-    """CHAMP's one-number-answer problems, offline (see :mod:`objectives.champ`)."""
-
-    name, benchmark = "champ", CHAMP
+__all__ = ["TABLE", "CLASSES", "benchmark_class", "Math500", "AIME24", "AIME25", "AMC23", "Minerva", "OlympiadBench",
+           "DeepScaleR", "Champ"]

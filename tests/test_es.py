@@ -5,6 +5,7 @@ import pytest
 
 from estimators import OnePoint, TwoPoint, raw
 from zoopt import ES, LowRank
+from zoopt.hparams import ConfigError, TrainConfig
 from zoopt.registry import RegistryError
 
 
@@ -51,3 +52,26 @@ def test_bad_hyperparameters_are_one_line_errors(kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
         ES(**kwargs)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("key,value", [("sigma", 0.0), ("sigma", float("inf")), ("sigma", "abc"), ("lr", float("nan")),
+                                       ("lr", -1), ("population_size", 1), ("population_size", 2.5), ("seed", -1),
+                                       ("seed", True)])
+def test_a_bad_value_is_its_config_keys_error(key, value):
+    """One definition per key: ES(sigma=…) fails with the very line `--set sigma=…` gives."""
+    with pytest.raises(ConfigError) as from_config:
+        TrainConfig(**{key: value})
+    with pytest.raises(ConfigError) as from_es:
+        ES(**{key: value})
+    assert str(from_es.value) == str(from_config.value) and f"config key {key!r}" in str(from_es.value)
+
+
+def test_es_defaults_are_the_papers_and_train_defaults_the_demos():
+    """The two sets differ on purpose, and both docstrings say so quoting the values: pinned here,
+    so neither the values nor the text can change alone."""
+    es, train = ES(), TrainConfig()
+    assert (es.sigma, es.lr, es.population_size) == (1.5e-3, 2.5e-4, 32)       # the paper's, 1.5 B models
+    assert (train.sigma, train.lr, train.population_size) == (5e-3, 2.5e-3, 16)  # measured, the 135 M demo
+    for doc in (ES.__doc__, TrainConfig.__doc__):
+        assert "σ=1.5e-3, α=2.5e-4, N=32" in doc and "σ=5e-3, α=2.5e-3, N=16" in doc
+        assert "paper's recipe for 1.5 B models" in doc and "135 M demo" in doc

@@ -161,6 +161,20 @@ def test_bad_plan_arguments(n, sigma, match):
         OnePoint().plan(0, n, sigma, base_seed=0)
 
 
+@pytest.mark.parametrize("estimator", [OnePoint(), TwoPoint()])
+def test_plan_checks_with_the_config_keys_rules(estimator):
+    """plan's N and σ are checked by the rules of `population_size` and `sigma` (zoopt.hparams.check_key)."""
+    from zoopt.hparams import ConfigError, TrainConfig
+
+    for n, sigma, key in [(1, 0.1, "population_size"), (4, -1.0, "sigma")]:
+        with pytest.raises(ConfigError) as from_plan:
+            estimator.plan(0, n, sigma, base_seed=0)
+        with pytest.raises(ConfigError) as from_config:
+            TrainConfig(**{key: n if key == "population_size" else sigma})
+        assert str(from_plan.value) == str(from_config.value)
+    assert estimator.plan(0, 4.0, 1, base_seed=0) == estimator.plan(0, 4, 1.0, base_seed=0)  # coerced as a config
+
+
 def test_two_point_rejects_odd_population():
     with pytest.raises(ValueError, match="even population_size"):
         TwoPoint().plan(0, 5, 0.1, base_seed=0)

@@ -224,6 +224,21 @@ def test_sources(tmp_path):
         objectives.get("math500", data_files=str(tmp_path / "x.txt")).dataset("test")
 
 
+def test_one_table_row_per_registered_math_benchmark():
+    """objectives/math_benchmarks.py is a table: each row's class is the registry's target of its name."""
+    import pickle
+
+    from objectives import math_benchmarks
+    from zoopt.registry import OBJECTIVES
+
+    assert list(math_benchmarks.CLASSES) == MATH_NAMES
+    for class_name, doc, spec in math_benchmarks.TABLE:
+        cls = OBJECTIVES.get(spec.name)
+        assert cls is math_benchmarks.CLASSES[spec.name] and getattr(math_benchmarks, class_name) is cls
+        assert cls.__name__ == class_name and cls.__doc__ == doc and cls.benchmark is spec and cls.name == spec.name
+        assert issubclass(cls, MathBenchmark) and pickle.loads(pickle.dumps(cls)) is cls
+
+
 def test_registered_names_and_contract():
     for name in MATH_NAMES:
         objective = objectives.get(name)

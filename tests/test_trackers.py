@@ -132,3 +132,16 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_the_extra(tmp_path, 
 
 def test_the_config_choices_are_the_trackers():
     assert run_configs.TRACKERS == ("none", *TRACKERS)
+
+
+def test_log_every_is_checked_by_its_config_keys_rule():
+    from zoopt.hparams import ConfigError, TrainConfig
+    from zoopt.reporting.trackers import ReportTo
+
+    for bad in (0, 1.5, True):
+        with pytest.raises(ConfigError) as from_callback:
+            ReportTo("none", bad)
+        with pytest.raises(ConfigError) as from_config:
+            TrainConfig(log_every=bad)
+        assert str(from_callback.value) == str(from_config.value)
+    assert ReportTo("none", 3).log_every == 3

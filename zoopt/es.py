@@ -13,9 +13,9 @@ weights, as a function of the updates applied since the run's first step.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
+from .hparams.keys import check_key
 from .noise import Gaussian, Noise, noise_from_record
 from .registry import ESTIMATORS, build
 from .types import Population, Update
@@ -34,6 +34,14 @@ class ES:
         seed: base seed; step t's member seeds depend only on (seed, t).
         rule: the update rule over ĝ (:mod:`zoopt.updates`: ``momentum()``, ``adam()``, a
             ``chain``); default ``sgd()``, θ ← θ + α·ĝ.
+
+    A bad value is the one-line error of the config key of the same name (:func:`zoopt.hparams.check_key`).
+
+    Defaults: the paper's recipe for 1.5 B models with long reasoning, σ=1.5e-3, α=2.5e-4, N=32
+    ("Understanding Evolution Strategies for LLM Reasoning").  ``zoopt train``'s defaults
+    (:class:`zoopt.hparams.TrainConfig`) differ on purpose: σ=5e-3, α=2.5e-3, N=16 are measured for
+    the 135 M demo (README, "What make demo does"; docs/design.md), whose greedy 10-token answers do
+    not move at σ ≤ 1.5e-3.  ``tests/test_es.py`` pins both sets and this text.
     """
 
     def __init__(self, estimator: Any = "one_point", noise: Noise | None = None, lr: float = 2.5e-4,
@@ -41,13 +49,9 @@ class ES:
                  rule: UpdateRule | None = None) -> None:
         if isinstance(estimator, str):
             estimator = build(ESTIMATORS, estimator)
-        for name, value in (("lr", lr), ("sigma", sigma)):
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not isinstance(population_size, int) or population_size < 2:
-            raise ValueError(f"population_size must be an integer ≥ 2, got {population_size!r}")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        # the rules of the config keys of the same names (one definition: zoopt.hparams)
+        lr, sigma = check_key("lr", lr), check_key("sigma", sigma)
+        population_size, seed = check_key("population_size", population_size), check_key("seed", seed)
         if rule is not None and not isinstance(rule, UpdateRule):
             raise TypeError(f"rule must be a zoopt.updates.UpdateRule (sgd(), momentum(), adam(), …), got {rule!r}")
         if rule is not None and rule_from_dict(rule.to_dict()) != rule:

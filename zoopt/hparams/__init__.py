@@ -10,6 +10,8 @@ drive everything else:
 * :class:`zoopt.grpo.GRPO` takes :attr:`GRPOConfig.TRAINER_KEYS` as keyword arguments, with
   these defaults and rules;
 * :class:`ESConfig` (``zoopt.trl``) takes their definitions under TRL's names;
+* :func:`check_key` is the one validation of a key's value outside a config (``ES(sigma=…)``, an
+  estimator's ``plan``, population coverage): the same rule and the same one-line error;
 * ``zoopt/configs/{train,grpo}.yaml`` and ``docs/configuration.md`` are generated from them:
   ``python -m zoopt.hparams`` rewrites both (tests fail when either drifts).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .keys import check_key, key_field
 from .run_configs import (
     EvalConfig, GRPOConfig, GRPOSamplingConfig, NoiseConfig, SamplingConfig, TrainConfig, UpdateConfig,
 )
@@ -79,6 +82,7 @@ def write_generated(root: str | Path = Path(__file__).resolve().parents[2]) -> l
 
 __all__ = ["TrainConfig", "GRPOConfig", "ESConfig", "TRL_NAMES", "ES_KEYS", "NoiseConfig", "SamplingConfig", "GRPOSamplingConfig", "EvalConfig",
            "UpdateConfig",
-           "Config", "ConfigError", "Rule", "CONFIGS", "validate", "from_dict", "to_dict", "to_yaml",
+           "Config", "ConfigError", "check_key", "key_field", "Rule", "CONFIGS", "validate", "from_dict", "to_dict",
+           "to_yaml",
            "optional_keys", "unknown_key", "markdown_table", "configuration_markdown", "GENERATED",
            "write_generated"]

@@ -11,8 +11,9 @@ stands for, so there is one definition of each; the defaults are zoopt's, not TR
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass
 
+from .keys import key_field
 from .run_configs import NoiseConfig, TrainConfig, UpdateConfig
 from .schema import Config, boolean, from_dict, hp, list_of, number, section, to_dict
 
@@ -38,17 +39,10 @@ ES_KEYS = ("sigma", "population_size", "estimator", "shaping", "scaling", "updat
 TRL_ONLY = ("bf16", "reward_weights", "disable_tqdm")
 
 
-def _train_field(key: str):
-    cls, *parts = TrainConfig, *key.split(".")
-    for part in parts[:-1]:
-        cls = {f.name: f for f in fields(cls)}[part].metadata["section"]
-    return {f.name: f for f in fields(cls)}[parts[-1]]
-
-
 def same_as(key: str):
     """A field standing for ``TrainConfig``'s ``key`` (dotted for a section's): its default,
     rule and help, the help prefixed with the key."""
-    f = _train_field(key)
+    f = key_field(key)
     default = f.default_factory() if f.default is MISSING else f.default
     return hp(default, f"`{key}`: {f.metadata['help']}", f.metadata["rule"])
 

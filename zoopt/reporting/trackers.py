@@ -28,10 +28,11 @@ import abc
 import math
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..callbacks import Callback
 from ..extras import require
+from ..hparams.keys import check_key
 from ..runs.rundir import RunDir
 
 #: tracker name → the module it needs (a key of :data:`zoopt.extras.OPTIONAL`)
@@ -78,44 +79,43 @@ class TensorBoard(Tracker):
         self.writer.close()
 
 
-class WandB(Tracker):
+class RunTracker(Tracker):
+    """A tracker over a run object with wandb's API, which Trackio copies: ``run.log(values, step=)``,
+    ``run.finish()``, and images as ``module.Image(path)``; a subclass opens ``run`` from ``module``."""
+
+    module: Any
+    run: Any
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        self.run.log(values, step=step)
+
+    def log_image(self, tag: str, path: Path, step: int) -> None:
+        self.run.log({tag: self.module.Image(str(path))}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class WandB(RunTracker):
     """A ``wandb.init`` run in ``run_dir/wandb`` (``WANDB_MODE=offline``: nothing leaves the machine)."""
 
     def __init__(self, run_dir: Path, config: dict, run_name: str) -> None:
         import wandb
 
-        self.wandb = wandb
+        self.module = wandb
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "zoopt"), name=run_name, dir=str(run_dir),
                               config=config, reinit="create_new")
 
-    def log(self, values: dict[str, float], step: int) -> None:
-        self.run.log(values, step=step)
 
-    def log_image(self, tag: str, path: Path, step: int) -> None:
-        self.run.log({tag: self.wandb.Image(str(path))}, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
-
-
-class Trackio(Tracker):
+class Trackio(RunTracker):
     """A ``trackio.init`` run in Trackio's local database (no dashboard is started)."""
 
     def __init__(self, run_dir: Path, config: dict, run_name: str) -> None:
         import trackio
 
-        self.trackio = trackio
+        self.module = trackio
         self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "zoopt"), name=run_name, config=config,
                                 embed=False, auto_log_cpu=False, auto_log_gpu=False)
-
-    def log(self, values: dict[str, float], step: int) -> None:
-        self.run.log(values, step=step)
-
-    def log_image(self, tag: str, path: Path, step: int) -> None:
-        self.run.log({tag: self.trackio.Image(str(path))}, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
 
 
 _CLASSES: dict[str, type[Tracker]] = {"tensorboard": TensorBoard, "wandb": WandB, "trackio": Trackio}
@@ -157,9 +157,7 @@ class ReportTo(Callback):
 
     def __init__(self, report_to, log_every: int = 1) -> None:
         self.names = tracker_names(report_to)  # fails now, before a model loads, when one is missing
-        if not (isinstance(log_every, int) and log_every >= 1):
-            raise ValueError(f"log_every must be an integer ≥ 1, got {log_every!r}")
-        self.log_every = log_every
+        self.log_every = check_key("log_every", log_every)  # the config key's rule (one definition: zoopt.hparams)
         self.trackers: list[Tracker] = []
 
     def on_train_begin(self, trainer) -> None:
@@ -189,5 +187,5 @@ class ReportTo(Callback):
             tracker.log(values, step)
 
 
-__all__ = ["TRACKERS", "Tracker", "TensorBoard", "WandB", "Trackio", "ReportTo", "open_trackers", "tracker_names",
-           "scalars"]
+__all__ = ["TRACKERS", "Tracker", "RunTracker", "TensorBoard", "WandB", "Trackio", "ReportTo", "open_trackers",
+           "tracker_names", "scalars"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..hparams import check_key
 from ..metrics import bootstrap_ci, pass_at_k
 from ..noise import noise_from_dict
 from .builders import build_engine, build_objective, eval_kwargs
@@ -44,9 +45,7 @@ def population_coverage(cfg: dict, members: int, ks, *, sigma: float | None = No
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1 or ks[-1] > members:
         raise ValueError(f"coverage ks must lie in [1, members={members}], got {ks}")
-    sigma = float(cfg["sigma"] if sigma is None else sigma)
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0 for population coverage, got {sigma}")
+    sigma = check_key("sigma", cfg["sigma"] if sigma is None else sigma)
     noise_obj = noise_from_dict(dict(noise if noise is not None else cfg["noise"]))
     objective = build_objective(cfg)
     base = eval_kwargs(cfg)
