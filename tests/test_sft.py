@@ -9,7 +9,7 @@ import torch
 from zoopt import models, warmups
 from zoopt.engines.prompts import encode_prompt
 from zoopt.models import load_model
-from zoopt.sft import batch_tensors, encode_pairs, order, sft
+from zoopt.warmups.finetune import batch_tensors, encode_pairs, order, sft
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -24,6 +24,24 @@ from ..config import ConfigError
 from .atomic import write_text_atomic
 
 
+class _Member:
+    """A fixed file or directory of a run directory: ``run.<attr>`` is the read-only ``Path``
+    ``run.path / name`` (a data descriptor, as a ``property`` is)."""
+
+    def __init__(self, name: str, doc: str | None = None) -> None:
+        self.name = name
+        self.__doc__ = doc or f"``{name}`` of the run directory."
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, run: "RunDir | None", owner: type | None = None):
+        return self if run is None else run.path / self.name
+
+    def __set__(self, run: "RunDir", value) -> None:
+        raise AttributeError(f"RunDir.{self.attr} is read-only: it is path / {self.name!r}")
+
+
 class RunDir:
     """One run directory (it need not exist yet)."""
 
@@ -36,39 +54,16 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    # -- paths -----------------------------------------------------------------------------
-    @property
-    def config_path(self) -> Path:
-        return self.path / "config.yaml"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @property
-    def seedlog_path(self) -> Path:
-        return self.path / "seedlog.json"
-
-    @property
-    def base_model_path(self) -> Path:
-        return self.path / "base_model"
-
-    @property
-    def checksum_path(self) -> Path:
-        return self.path / "checksum.txt"
-
-    @property
-    def model_path(self) -> Path:
-        return self.path / "model"
-
-    @property
-    def training_plot_path(self) -> Path:
-        return self.path / "training.png"
-
-    @property
-    def trainer_state_path(self) -> Path:
-        """A GRPO run's resumable state (weights, AdamW, step): ``trainer_state.pt``."""
-        return self.path / "trainer_state.pt"
+    # -- paths: each fixed file or directory is ``run.path / name`` (the table above) ------------
+    config_path = _Member("config.yaml")
+    metrics_path = _Member("metrics.jsonl")
+    seedlog_path = _Member("seedlog.json")
+    base_model_path = _Member("base_model")
+    checksum_path = _Member("checksum.txt")
+    model_path = _Member("model")
+    training_plot_path = _Member("training.png")
+    trainer_state_path = _Member("trainer_state.pt",
+                                 "A GRPO run's resumable state (weights, AdamW, step): ``trainer_state.pt``.")
 
     def checkpoint_path(self, steps_done: int) -> Path:
         return self.path / f"checkpoint-{int(steps_done)}"

@@ -6,9 +6,14 @@
 * :mod:`~zoopt.study.validation` — the validation split carved from train (tuning never sees
   the held-out problems);
 * :mod:`~zoopt.study.claims` — C1–C8 computed from the runs' per-problem evaluations;
+* :mod:`~zoopt.study.narrowing` — C1S, C1's strong form over seeds, checkpoints and temperatures;
+* :mod:`~zoopt.study.moved_weights` — C3's numbers of the weights: drift, shares of small moves,
+  the τ of each sparsity level;
+* :mod:`~zoopt.study.outcome` — every claim of a spec judged from the runs' records;
 * :mod:`~zoopt.study.report` — ``report.md``, ``report.json`` and the plots.
 
-The runs themselves are driven by :mod:`zoopt.workflows.study`, which reuses ``compare``'s
-methods, the sweeps, ``analyze`` and :mod:`zoopt.workflows.coverage`.  This package imports
-none of its modules: import the one you need.
+These are the study's pure analyses.  The runs themselves are driven by
+:mod:`zoopt.workflows.study` (the runner), which reuses ``compare``'s methods, the sweeps,
+``analyze`` and :mod:`zoopt.workflows.coverage`.  This package imports none of its modules:
+import the one you need.
 """

@@ -15,14 +15,16 @@ weights, is evaluated with the same settings (:func:`zoopt.workflows.builders.ev
 * wall time (training, evaluation, the whole method) and peak memory.
 
 With ``isolate: true`` (the default) each method runs in its own Python process
-(``python -m zoopt.workflows.compare --worker``), so its peak resident memory is its own: it is read
-twice, inside the child (``VmHWM`` of ``/proc/self/status``) and by the parent from the
-child's ``rusage`` (``os.wait4``; ``ru_maxrss``) in a minimal launcher process (see
-``_LAUNCHER`` for why not the parent itself), and both are reported (MiB).  In-process
-(``isolate: false``, for tests) memory is not attributable to one method and is reported as
-``null``.  Results: ``compare.json`` (everything), ``compare.md`` (the table),
-``pass_at_k.png`` and ``train_reward.png`` in the run directory; ``report_to`` sends them, and
-each method's step records, to experiment trackers (:mod:`zoopt.reporting.trackers`).  ``keep_models: false`` removes
+(``python -m zoopt.workflows.compare --worker``, :mod:`zoopt.workflows.isolation`), so its peak
+resident memory is its own: it is read twice, inside the child (``VmHWM`` of
+``/proc/self/status``) and by the parent from the child's ``rusage`` (``os.wait4``;
+``ru_maxrss``) in a minimal launcher process (see :data:`zoopt.workflows.isolation.LAUNCHER` for
+why not the parent itself), and both are reported (MiB).  In-process (``isolate: false``, for
+tests) memory is not attributable to one method and is reported as ``null``.  Results:
+``compare.json`` (everything), ``compare.md`` (the table), ``pass_at_k.png`` and
+``train_reward.png`` in the run directory (:mod:`zoopt.reporting.comparison`); ``report_to``
+sends them, and each method's step records, to experiment trackers
+(:mod:`zoopt.reporting.trackers`).  ``keep_models: false`` removes
 each method's final ``model/`` once D_rel is measured; the ``start_model/`` of an ES phase that
 follows another phase is kept, since that phase's seed log replays onto it (``zoopt export``).
 """
@@ -30,22 +32,20 @@ follows another phase is kept, since that phase's seed log replays onto it (``zo
 from __future__ import annotations
 
 import json
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..config import ConfigError, absolute_paths, config_items, default_config, merge
-from ..metrics import relative_drift
 from ..registry import engine_refusal
-from ..reporting.plots import plot_pass_at_k, plot_reward_curves
-from ..reporting.trackers import open_trackers, scalars, tracker_names
-from ..runs.references import load_base, load_params
+from ..reporting import comparison
+from ..reporting.trackers import tracker_names
+from ..runs.references import load_base
 from ..runs.rundir import RunDir
 from ..warmups import ensure_warmup
 from .builders import build_engine, build_objective, evaluate_config, run_dir_for
+from .isolation import run_isolated, worker_main
 from .schedule import CheckpointHook, PlannedPhase, parse_schedule, plan, run_schedule
 
 OPEN_SECTIONS = ("methods", "es", "grpo")  # free-form here, checked when the phases are planned
@@ -169,57 +169,6 @@ def run_method(spec: dict, objective=None, on_checkpoint: CheckpointHook | None 
             "eval_s": round(t_evaluated - t_trained, 3), "total_s": round(time.perf_counter() - t0, 3)}
 
 
-def _vm_hwm_mib() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return None
-
-
-def _worker(spec_path: str, out_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    result = run_method(spec)
-    result["peak_rss_mib_self"] = _vm_hwm_mib()
-    result["ru_maxrss_mib_self"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
-    Path(out_path).write_text(json.dumps(result, indent=2))
-    return 0
-
-
-# Runs the worker and records its rusage.  A separate, minimal process (python -c, ~10 MiB)
-# because on Linux a child's ru_maxrss starts from the high-water RSS of the memory it
-# exec'ed from (fs/exec.c: exec_mmap keeps the old mm's hiwater), and with vfork/posix_spawn
-# that is the spawning process's: spawned from a 560 MiB pytest process, a 486 MiB worker
-# reported 558 MiB.
-_LAUNCHER = """import json, os, subprocess, sys
-child = subprocess.Popen(sys.argv[2:])
-_, status, usage = os.wait4(child.pid, 0)
-with open(sys.argv[1], "w") as fh:
-    json.dump({"exit": os.waitstatus_to_exitcode(status), "ru_maxrss_kib": usage.ru_maxrss}, fh)
-"""
-
-
-def _run_isolated(spec: dict, method_dir: Path) -> dict:
-    """Run ``spec`` in ``python -m zoopt.workflows.compare --worker``; add the child's rusage peak RSS."""
-    method_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, out_path, usage_path = method_dir / "spec.json", method_dir / "result.json", method_dir / "rusage.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
-    t0 = time.perf_counter()
-    with open(method_dir / "worker.log", "w") as log:
-        subprocess.run([sys.executable, "-c", _LAUNCHER, str(usage_path), sys.executable, "-m", "zoopt.workflows.compare",
-                        "--worker", str(spec_path), str(out_path)], stdout=log, stderr=subprocess.STDOUT)
-    usage = json.loads(usage_path.read_text()) if usage_path.exists() else {"exit": None}
-    if usage["exit"] != 0 or not out_path.exists():
-        tail = (method_dir / "worker.log").read_text().strip().splitlines()[-1:] or ["(no output)"]
-        raise RuntimeError(f"method {spec['name']!r} failed (exit {usage['exit']}): {tail[0]}; see {method_dir}/worker.log")
-    result = json.loads(out_path.read_text())
-    result["peak_rss_mib"] = usage["ru_maxrss_kib"] / 1024  # kB on Linux, measured by the launcher
-    result["process_wall_s"] = round(time.perf_counter() - t0, 3)
-    return result
-
-
 # -- the comparison ------------------------------------------------------------------------------
 def compare(cfg: dict, objective=None, log=print) -> dict:
     """Run every method of ``cfg`` (``compare.yaml`` keys); write and return the table.
@@ -244,18 +193,19 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
         log(f"compare: {name}: " + (" → ".join(f"{p.method} {p.steps} steps × {p.per_step}" for p in phases)
                                      or "base model, no training"))
         if isolate:
-            result = _run_isolated(spec, run_dir / name)
+            result = run_isolated("zoopt.workflows.compare", spec, run_dir / name)
         else:
             result = run_method(spec, objective=obj)
             result.update(peak_rss_mib=None, peak_rss_mib_self=None, process_wall_s=result["total_s"])
         results.append(result)
-    table = _table(cfg, results)
+    ensure_warmup(str(cfg["model"]))  # built by the runs, unless they ran on another machine
+    table = comparison.table(cfg, results, load_base(cfg["model"], cfg["dtype"]).params)
     out = {"budget": int(cfg["budget"]), "isolated": isolate, "rounding": "floor per phase",
            "methods": results, "table": table}
     (run_dir / "compare.json").write_text(json.dumps(out, indent=2))
-    (run_dir / "compare.md").write_text(_markdown(cfg, table))
-    figures = _plots(run_dir, cfg, results)
-    _report(trackers, run_dir, cfg, results, table, figures)
+    (run_dir / "compare.md").write_text(comparison.markdown(cfg, table))
+    figures = comparison.plots(run_dir, cfg, results)
+    comparison.send(trackers, run_dir, cfg, results, table, figures)
     if not cfg["keep_models"]:  # each method's final weights; an ES phase's start_model/ stays: its seed log
         for r in results:       # replays onto it (zoopt export PHASE_DIR)
             shutil.rmtree(r["model_dir"], ignore_errors=True)
@@ -263,101 +213,7 @@ def compare(cfg: dict, objective=None, log=print) -> dict:
     return {"run_dir": run_dir, **out, "figures": figures}
 
 
-def _report(names: list[str], run_dir: Path, cfg: dict, results: list[dict], table: list[dict],
-            figures: list[Path]) -> None:
-    """``report_to``: per method, a tracker run (in its directory) of its phases' step records as
-    ``train/KEY`` (step = steps done over its phases) and its table row as ``eval/KEY``; then one
-    run of the whole table (``METHOD/KEY``) and the figures."""
-    if not names:
-        return
-    for result, row in zip(results, table):
-        method_dir = run_dir / result["name"]
-        trackers = open_trackers(names, method_dir, {**cfg, "method": result["name"]}, f"{run_dir.name}-{result['name']}")
-        try:
-            done = 0
-            for phase in result["phases"]:
-                for record in RunDir(phase["dir"]).read_metrics():
-                    if "reward_mean" in record:  # a step (not a periodic evaluation line)
-                        done += 1
-                        for tracker in trackers:
-                            tracker.log(scalars(record, "train/"), done)
-            for tracker in trackers:
-                tracker.log(scalars(row, "eval/"), done)
-        finally:
-            for tracker in trackers:
-                tracker.close()
-    trackers = open_trackers(names, run_dir, cfg, run_dir.name)
-    try:
-        values = {k: v for row in table for k, v in scalars(row, f"{row['method']}/").items()}
-        for tracker in trackers:
-            tracker.log(values, 0)
-            for figure in figures:
-                tracker.log_image(figure.stem, figure, 0)
-    finally:
-        for tracker in trackers:
-            tracker.close()
-
-
-def _table(cfg: dict, results: list[dict]) -> list[dict]:
-    ensure_warmup(str(cfg["model"]))  # built by the runs, unless they ran on another machine
-    base = load_base(cfg["model"], cfg["dtype"]).params
-    ks = [int(k) for k in cfg["eval"]["ks"]] if int(cfg["eval"]["n_samples"]) else []
-    rows = []
-    for r in results:
-        ev = r["eval"]
-        row = {"method": r["name"], "schedule": " → ".join(p["method"] for p in r["phases"]) or "base",
-               "steps": [p["steps"] for p in r["phases"]], "completions": r["completions"],
-               "completions_generated": r["completions_generated"], "greedy_accuracy": ev.get("greedy_accuracy")}
-        for k in ks:
-            row[f"pass@{k}"] = ev.get(f"pass@{k}")
-        for k in ks:
-            row[f"maj@{k}"] = ev.get(f"maj@{k}")
-        row.update(entropy=ev.get("entropy"), mean_reward=ev.get("mean_reward"),
-                   d_rel=relative_drift(base, load_params(r["model_dir"]).params),
-                   train_s=r["train_s"], eval_s=r["eval_s"], wall_s=r["process_wall_s"],
-                   peak_rss_mib=r["peak_rss_mib"], peak_rss_mib_self=r["peak_rss_mib_self"])
-        rows.append(row)
-    return rows
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, list):
-        return "+".join(map(str, v)) or "0"
-    return str(v)
-
-
-def _markdown(cfg: dict, table: list[dict]) -> str:
-    cols = list(table[0])
-    lines = [f"Budget: {cfg['budget']} sampled completions per method (phase steps rounded down).", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in cols) + " |" for row in table]
-    return "\n".join(lines) + "\n"
-
-
-def _plots(run_dir: Path, cfg: dict, results: list[dict]) -> list[Path]:
-    figures = []
-    ks = [int(k) for k in cfg["eval"]["ks"]]
-    if int(cfg["eval"]["n_samples"]):
-        curves = {r["name"]: {k: r["eval"][f"pass@{k}"] for k in ks} for r in results}
-        figures.append(plot_pass_at_k(curves, run_dir / "pass_at_k.png"))
-    rewards = {}
-    for r in results:
-        points, used = [], 0
-        for p in r["phases"]:
-            for record in RunDir(p["dir"]).read_metrics():
-                used += p["completions_per_step"]
-                if record["reward_mean"] is not None:
-                    points.append((used, record["reward_mean"]))
-        rewards[r["name"]] = points
-    figures.append(plot_reward_curves(rewards, run_dir / "train_reward.png"))
-    return figures
-
-
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        sys.exit(_worker(sys.argv[2], sys.argv[3]))
+        sys.exit(worker_main(run_method, sys.argv[2], sys.argv[3]))
     sys.exit("usage: python -m zoopt.workflows.compare --worker SPEC.json OUT.json (use `zoopt compare` instead)")

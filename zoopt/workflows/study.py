@@ -15,10 +15,16 @@ Stages, each resumable (re-run the same command: what is finished is read back, 
    their seed logs (``--resume``'s replay: the same checksum as a run never interrupted); its
    GRPO phases continue from their ``trainer_state.pt`` (``grpo.state_every``; bit for bit on
    the same machine), and one without a state starts again from its start weights;
-3. **analyses**: C3 (:func:`zoopt.workflows.analyze.analyze` of base → ES, thresholded
-   checkpoints at ``c3.sparsity`` evaluated like the runs) and C8
+3. **analyses**: C3 (the weights' numbers of :mod:`zoopt.study.moved_weights`, then
+   :func:`zoopt.workflows.analyze.analyze` of base → ES, thresholded checkpoints at
+   ``c3.sparsity`` evaluated like the runs) and C8
    (:func:`zoopt.workflows.coverage.population_coverage` around the ES model);
-4. **report**: :mod:`zoopt.study.report` writes ``report.md``, ``report.json`` and the plots.
+4. **report**: every claim judged from what the runs and analyses wrote
+   (:func:`zoopt.study.outcome.judge_claims`), then :mod:`zoopt.study.report` writes
+   ``report.md``, ``report.json`` and the plots.
+
+This module is the runner: it trains and evaluates models, resumes and records; the arithmetic
+of the claims on what it records (and C3's on the weights) lives in :mod:`zoopt.study`.
 
 With ``seeds`` every trained run is repeated per training seed, with ``es.checkpoint_every`` /
 ``grpo.checkpoint_every`` its checkpoints are evaluated as training writes them, and with
@@ -46,20 +52,18 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ConfigError, default_config
 from ..engines.weights import digest
-from ..metrics import magnitude_histogram, magnitude_shares, relative_drift
 from ..objective import load_split
 from ..runs.atomic import write_text_atomic
 from ..runs.jsonable import jsonable
 from ..runs.references import load_base, load_params
 from ..runs.rundir import RunDir
-from ..study import claims as C
-from ..study.narrowing import c1_strong
+from ..study.moved_weights import weight_numbers
+from ..study.outcome import c6_runs, judge_claims
 from ..study.report import write_report
 from ..warmups import ensure_warmup
 from .analyze import analyze, evaluate_model, tau_dirname
@@ -101,12 +105,6 @@ def methods_for(spec: dict) -> dict[str, list]:
         m["es_grpo"] = [{**es, "budget_fraction": 0.5}, {**grpo, "budget_fraction": 0.5}]
         m["grpo_es"] = [{**grpo, "budget_fraction": 0.5}, {**es, "budget_fraction": 0.5}]
     return m
-
-
-def c6_runs(spec: dict) -> dict[int, str]:
-    """C6's run per population size (:func:`zoopt.study.claims.population_runs`)."""
-    es_population = spec["es"].get("population_size", default_config("train")["population_size"])
-    return C.population_runs(spec["c6"]["population_sizes"], es_population)
 
 
 def compare_config(spec: dict, tuned: dict, root: Path) -> dict:
@@ -180,7 +178,7 @@ def run_study(spec: dict, out: str | Path | None = None, quiet: bool = False, lo
         c8 = _c8(spec, cfg, results, study_dir / "analysis") if "C8" in spec["claims"] else None
         bar.advance(task)
         clock.tick()
-    outcome = _claims(spec, tuned, evals, results, c3, c8, study_dir, runs)
+    outcome = _judge(spec, tuned, evals, results, runs, c3, c8, study_dir)
     report = write_report(study_dir, spec, tuned, results, outcome, wall=clock.tick())
     log(f"study: wrote {study_dir / 'report.md'} and {study_dir / 'report.json'}")
     return report
@@ -270,33 +268,20 @@ def _eval_cfg(cfg: dict, model: str) -> dict:
     return model_eval_config(cfg, model)
 
 
-def sparsity_taus(base, trained, levels) -> list[float]:
-    """τ whose ``|Δ| ≤ τ`` share of the moved weights is about each level (from a 400-bin
-    histogram of log10|Δ|: the upper edge of the bin where the cumulative share reaches it)."""
-    counts, edges = magnitude_histogram(base, trained, bins=400)
-    total = counts.sum()
-    if not total:
-        return []
-    cum = np.cumsum(counts) / total
-    return [float(10 ** edges[min(int(np.searchsorted(cum, float(s))) + 1, len(edges) - 1)]) for s in levels]
-
-
 def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
+    """C3's analysis record, ``out/c3.json`` (read back when there): the weights' numbers
+    (:func:`zoopt.study.moved_weights.weight_numbers`), then ES's update thresholded at each τ of
+    ``c3.sparsity`` (``zoopt analyze``) and each thresholded model evaluated like the runs."""
     path = out / "c3.json"
     if path.exists():
         return json.loads(path.read_text())
     base = load_base(cfg["model"], cfg["dtype"])  # as every run's engine loaded it (zoopt.runs.references.load_base)
     es, grpo = load_params(results["es"]["model_dir"]), load_params(results["grpo"]["model_dir"])
-    drift = {"es": relative_drift(base.params, es.params), "grpo": relative_drift(base.params, grpo.params)}
     alpha = float(cfg["es"].get("lr", default_config("train")["lr"]))
-    paper_tau = float(spec["c3"]["paper_tau"])
-    scaled = paper_tau * alpha / float(spec["c3"]["paper_lr"])
-    shares = {f"{m} τ={t:g} ({label})": magnitude_shares(base.params, p.params, t)
-              for m, p in (("es", es), ("grpo", grpo)) for label, t in (("paper", paper_tau), ("scaled to α", scaled))}
-    taus = sparsity_taus(base.params, es.params, spec["c3"]["sparsity"])
+    weights = weight_numbers(spec["c3"], alpha, base.params, es.params, grpo.params)
     del base, es, grpo
-    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=paper_tau, thresholds=tuple(taus),
-                     dtype=cfg["dtype"])
+    report = analyze(cfg["model"], results["es"]["model_dir"], out, tau=weights["tau_paper"],
+                     thresholds=tuple(weights["taus"]), dtype=cfg["dtype"])
     thresholds = []
     for rec in report["thresholds"]:
         ev = evaluate_model(_eval_cfg(cfg, rec["dir"]))
@@ -304,13 +289,16 @@ def _c3(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
         thresholds.append({"tau": rec["tau"], "share_reverted": rec["share_reverted"],
                            "eval": {"summary": ev.summary, "per_problem": ev.per_problem}})
         shutil.rmtree(rec["dir"], ignore_errors=True)  # ~ a model's size each; rebuilt by zoopt analyze --threshold
-    record = {"drift": drift, "dtype": cfg["dtype"], "alpha": alpha, "tau_paper": paper_tau, "tau_scaled": scaled, "shares": shares,
-              "thresholds": thresholds, "histogram": report["plots"]["magnitude_histogram"]}
+    record = {"drift": weights["drift"], "dtype": cfg["dtype"], "alpha": alpha, "tau_paper": weights["tau_paper"],
+              "tau_scaled": weights["tau_scaled"], "shares": weights["shares"], "thresholds": thresholds,
+              "histogram": report["plots"]["magnitude_histogram"]}
     path.write_text(json.dumps(jsonable(record), indent=2, default=str))
     return record
 
 
 def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
+    """C8's analysis record, ``out/c8.json`` (read back when there): population coverage
+    (:func:`zoopt.workflows.coverage.population_coverage`) around the ES model at its σ."""
     path = out / "c8.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -322,55 +310,10 @@ def _c8(spec: dict, cfg: dict, results: dict, out: Path) -> dict:
     return record
 
 
-def _curves(results: dict, key: str, names=("es", "grpo")) -> dict:
-    """``{run: [(completions used, value)]}`` of ``key`` in the training logs of ``names``."""
-    from ..runs.rundir import RunDir
-
-    out = {}
-    for name in names:
-        if name not in results:
-            continue
-        points, used = [], 0
-        for p in results[name]["phases"]:
-            for rec in RunDir(p["dir"]).read_metrics():
-                if "reward_mean" not in rec:
-                    continue
-                used += p["completions_per_step"]
-                if rec.get(key) is not None:
-                    points.append((used, rec[key]))
-        out[name] = points
-    return out
-
-
-def _claims(spec, tuned, evals, results, c3, c8, study_dir, runs) -> dict:
-    moved = {m: tuned[m]["moved"] for m in ("es", "grpo")}
-    ks, seed, claims = [int(k) for k in spec["eval"]["ks"]], int(spec["bootstrap_seed"]), {}
-    for cid in spec["claims"]:
-        if cid == "C1":
-            claims[cid] = C.c1(evals, ks, moved, seed)
-        elif cid == "C1S":
-            points, base = coverage_points(spec, runs, results, evals, study_dir)
-            claims[cid] = c1_strong(points, base, ks, seed)
-            trained = [n for n, r in runs.items() if r["phases"]]
-            claims[cid]["numbers"]["training_reward"] = _curves(results, "reward_mean", trained)
-        elif cid == "C2":
-            pooled = {m: pooled_eval(evals, runs, m, "entropy") for m in ("es", "grpo")}
-            claims[cid] = C.c2({**evals, **pooled}, _curves(results, "entropy"), moved, seed)
-        elif cid == "C3":
-            claims[cid] = C.c3(c3["drift"], c3["shares"], c3["thresholds"], evals, float(spec["c3"]["margin"]),
-                               moved, seed)
-            claims[cid]["numbers"].update(tau_paper=c3["tau_paper"], tau_scaled=c3["tau_scaled"], alpha=c3["alpha"])
-            claims[cid]["plots"] = [c3["histogram"]]
-        elif cid == "C4":
-            claims[cid] = C.c4(evals, moved, seed)
-            claims[cid]["numbers"]["final_training_reward"] = {
-                r: results[r]["phases"][-1]["reward_last"] for r in ("es", "es_raw", "es_centered_rank")}
-        elif cid == "C5":
-            claims[cid] = C.c5(evals, moved, seed)
-        elif cid == "C6":
-            claims[cid] = C.c6(evals, c6_runs(spec), moved, seed)
-        elif cid == "C7":
-            claims[cid] = C.c7(evals, ks, moved, seed)
-        else:
-            claims[cid] = C.c8(c8, moved)
-    return claims
+def _judge(spec, tuned, evals, results, runs, c3, c8, study_dir: Path) -> dict:
+    """:func:`zoopt.study.outcome.judge_claims`, with C1S's points and C2's seed-pooled
+    evaluations read for the claims that need them."""
+    claims = spec["claims"]
+    coverage = coverage_points(spec, runs, results, evals, study_dir) if "C1S" in claims else None
+    pooled = {m: pooled_eval(evals, runs, m, "entropy") for m in ("es", "grpo")} if "C2" in claims else None
+    return judge_claims(spec, tuned, evals, results, runs, c3=c3, c8=c8, coverage=coverage, pooled_entropy=pooled)

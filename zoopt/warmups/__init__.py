@@ -1,16 +1,20 @@
 """Named warm-up models: the embedded model after a short supervised warm-up on a task's *train*
-split (:mod:`zoopt.sft`), built once into the model cache and then loaded by name like any model.
+split (:mod:`zoopt.warmups.finetune`), built once into the model cache and then loaded by name
+like any model.
 
 A recipe is ``base`` (a model name), ``objective`` (a registered name) with ``objective_args``,
 the first ``problems`` of its *train* split, the completion ``target`` (formatted with the row's
 columns), optionally ``label_noise`` (:func:`noisy_answers`: a share of the answers moved by a
-small offset before formatting), and :func:`zoopt.sft.sft`'s ``steps``, ``lr``, ``batch_size``,
-``seed``.  A recipe never changes once published: a new one gets a new name (the cache is keyed
-by the name).
+small offset before formatting), and :func:`zoopt.warmups.finetune.sft`'s ``steps``, ``lr``,
+``batch_size``, ``seed``.  A recipe never changes once published: a new one gets a new name (the
+cache is keyed by the name).
 :func:`ensure_warmup` builds ``cache_dir()/models/<name>`` (model, tokenizer and
 ``zoopt_build.json`` with the recipe and the losses) under the cache's lock, once; the workflows
 call it before they build an engine, and :func:`zoopt.models.load_model` then reads the
 directory (:func:`zoopt.models.cached_build`).
+
+A package above the engines (the fine-tuning encodes prompts as the engines do) and below the
+workflows, which build a warm-up before they load it.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .models import EMBEDDED, build_cached, cache_dir, load_model
-from .objective import load_objective
-from .sft import encode_pairs, sft
+from ..models import EMBEDDED, build_cached, cache_dir, load_model
+from ..objective import load_objective
+from .finetune import encode_pairs, sft
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .engines.prompts import encode_prompt, ensure_pad_token
+from ..engines.prompts import encode_prompt, ensure_pad_token
 
 
 def encode_pairs(tokenizer, prompts: Sequence, targets: Sequence[str],
