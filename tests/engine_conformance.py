@@ -22,6 +22,10 @@ The checks:
   member for member;
 - **a failure inside a member leaves the weights restored**, and the error propagates;
 - **non-finite coefficients and scales are refused** with the weights untouched;
+- **the rollout calls open alike** (``Engine.generate``'s template): a single prompt or a
+  ``sampling`` that is not a ``Sampling`` is a ``TypeError`` in ``generate`` and in
+  ``generate_population``, counted nowhere, and ``stats`` counts a ``generate`` call — one
+  call, its completions, their tokens and some seconds;
 - **an update rule** (``update.rule``: clip → adam → weight decay, and Nesterov momentum → decay
   towards zero) **gives the reference's bits**: three steps equal, bit for bit, the rule applied
   to whole tensors of the fp32 ``state_dict`` (:func:`rule_reference`), so engines that hold a
@@ -31,6 +35,7 @@ The checks:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -246,10 +251,38 @@ def check_stats_count_population_completions(engine: Engine, noise: Noise = NOIS
     assert engine.stats.sequences - before == len(population) * len(PROMPTS) * sampling.n
 
 
+def check_generate_opening(engine: Engine, noise: Noise = NOISE, population: Population = POPULATION) -> None:
+    start = engine.checksum()
+    before = dataclasses.replace(engine.stats)
+    for single in ("1 + 2 =", {"role": "user", "content": "1 + 2 ="}):
+        with pytest.raises(TypeError, match="takes a sequence of prompts"):
+            engine.generate(single, GREEDY)
+        with pytest.raises(TypeError, match="takes a sequence of prompts"):
+            engine.generate_population(noise, population, single, GREEDY)
+    for not_sampling in ({"temperature": 0.0}, None):
+        with pytest.raises(TypeError, match="sampling must be a zoopt.engines.base.Sampling"):
+            engine.generate(PROMPTS, not_sampling)
+        with pytest.raises(TypeError, match="sampling must be a zoopt.engines.base.Sampling"):
+            engine.generate_population(noise, population, PROMPTS, not_sampling)
+    assert engine.stats == before, "a refused call was counted in stats"
+    assert engine.checksum() == start, "a refused call changed the weights"
+    sampling = Sampling(temperature=1.0, max_new_tokens=3, n=2, seed=5)
+    results = engine.generate(tuple(PROMPTS), sampling)  # any sequence of prompts
+    assert [len(per_prompt) for per_prompt in results] == [sampling.n] * len(PROMPTS)
+    tokens_out = sum(len(c.token_ids) for per_prompt in results for c in per_prompt)
+    assert 0 < tokens_out <= len(PROMPTS) * sampling.n * sampling.max_new_tokens
+    stats = engine.stats
+    assert stats.calls - before.calls == 1, "generate was not counted as one call"
+    assert stats.sequences - before.sequences == len(PROMPTS) * sampling.n
+    assert stats.generated_tokens - before.generated_tokens == tokens_out
+    assert stats.seconds > before.seconds, "generate's time was not counted"
+    assert engine.generate([], sampling) == [] and engine.stats.calls - before.calls == 2
+
+
 WEIGHT_CHECKS = (check_restore_is_bit_exact, check_apply_equals_float64_dense_sum, check_checksum_is_stable,
                  check_evaluate_population_equals_loop, check_evaluate_failure_restores, check_non_finite_refused,
                  check_rule_apply_equals_reference)
-LLM_CHECKS = (check_generate_population_equals_loop, check_generate_population_failure_restores,
+LLM_CHECKS = (check_generate_opening, check_generate_population_equals_loop, check_generate_population_failure_restores,
               check_stats_count_population_completions)
 
 
@@ -292,6 +325,9 @@ class LLMEngineConformance(EngineConformance):
 
     def test_is_an_engine(self, engine):
         assert isinstance(engine, Engine)
+
+    def test_generate_opening(self, engine):
+        check_generate_opening(engine)
 
     def test_generate_population_equals_loop(self, engine):
         check_generate_population_equals_loop(engine)

@@ -14,6 +14,7 @@ import torch
 import engine_conformance as conformance
 from engine_conformance import EngineConformance, LLMEngineConformance
 from zoopt.engines import ModuleEngine
+from zoopt.engines.base import check_request
 from zoopt.engines.hf import HFEngine
 from zoopt.noise import Gaussian
 
@@ -96,6 +97,13 @@ class IgnoresSign(HFEngine):
         return results
 
 
+class UncountedGenerate(HFEngine):
+    """Replaces the contract's ``generate`` (a template) by its own opening, which forgets ``stats``."""
+
+    def generate(self, prompts, sampling):
+        return self._generate(check_request(prompts, sampling), sampling)
+
+
 class AcceptsNaN(ModuleEngine):
     def apply(self, noise, update):
         self.weights.restore()
@@ -143,6 +151,12 @@ def test_population_that_drops_the_sign_fails_the_loop_check():
     model, tokenizer = HFEngine.from_pretrained("tiny").module, tiny_hf("float32").tokenizer
     with pytest.raises(AssertionError, match="differs from the sequential loop"):
         conformance.check_generate_population_equals_loop(IgnoresSign(model, tokenizer))
+
+
+def test_generate_with_its_own_opening_fails_the_opening_check():
+    model, tokenizer = HFEngine.from_pretrained("tiny").module, tiny_hf("float32").tokenizer
+    with pytest.raises(AssertionError, match="not counted as one call"):
+        conformance.check_generate_opening(UncountedGenerate(model, tokenizer))
 
 
 def test_apply_that_accepts_nan_fails_the_refusal_check():

@@ -5,7 +5,12 @@ that each engine must write, and every other method that callers use declared he
 documented default, so that callers never probe an engine with ``getattr``/``hasattr``.
 
 **Abstract core** (:class:`WeightsEngine`): ``perturb``, ``restore``, ``apply``, ``checksum``;
-(:class:`Engine`) also ``generate``.
+(:class:`Engine`) also ``_generate``, the hook behind ``generate``.
+
+**Rollouts are template methods.**  :meth:`Engine.generate` is written once, here: it refuses a
+single prompt or a ``sampling`` that is not a :class:`Sampling` (:func:`check_request`), times
+the call, asks the engine's hook :meth:`Engine._generate` for the completions and counts them
+in :attr:`Engine.stats`.  A new engine writes ``_generate`` only and never repeats that opening.
 
 **The population call** — the one seam through which every workflow evaluates an ES
 population (the trainer, ``optimize``, schedules, ``compare``, sweeps):
@@ -16,9 +21,12 @@ population (the trainer, ``optimize``, schedules, ``compare``, sweeps):
   the completions of the same prompts under every member (``result[i][p][j]``).
 
 Their defaults are the sequential loop ``perturb → evaluate/generate → restore`` with
-``restore`` in a ``finally``; an engine that can do better (one batched forward for all
-members, N LoRA adapters in one vLLM call, K Ray replicas) overrides them and must give the
-same results — ``tests/engine_conformance.py`` checks exactly that, for every engine.
+``restore`` in a ``finally``; an engine that can do better gives the same results another
+way — one batched forward for all members, N LoRA adapters in one vLLM call: a path named by
+:meth:`Engine.population_path` and run by the hook :meth:`Engine._generate_population`, which
+``generate_population`` opens, times and counts like ``generate``; K Ray replicas: an override
+of the whole call, opened with :func:`check_request`.  ``tests/engine_conformance.py`` checks
+the results and the shared opening, for every engine.
 """
 
 from __future__ import annotations
@@ -219,11 +227,24 @@ class Engine(WeightsEngine):
     def __init__(self) -> None:
         self.stats = GenerationStats()
 
-    # -- abstract core ------------------------------------------------------------------------
-    @abc.abstractmethod
+    # -- rollouts: the template and its hook -------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
-        """``sampling.n`` completions for each prompt, in prompt order: ``result[p][j]``;
-        counted in :attr:`stats`.  A single prompt (not a sequence) is a ``TypeError``."""
+        """``sampling.n`` completions for each prompt, in prompt order: ``result[p][j]``.
+
+        The same in every engine: :func:`check_request` (a single prompt, or a ``sampling``
+        that is not a :class:`Sampling`, is a ``TypeError`` and counts nothing), then the
+        engine's :meth:`_generate`, timed and counted in :attr:`stats` as one call."""
+        prompts = check_request(prompts, sampling, "generate")
+        started = time.perf_counter()
+        results = self._generate(prompts, sampling)
+        self.stats.record(results, started)
+        return results
+
+    @abc.abstractmethod
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Completion]]:
+        """The hook a new engine implements: ``sampling.n`` completions for each of ``prompts``
+        (a checked list, possibly empty), ``result[p][j]``, at the current working weights.
+        Only :meth:`generate` calls it; it neither checks its arguments nor touches ``stats``."""
 
     # -- the population call --------------------------------------------------------------------
     def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
@@ -235,26 +256,47 @@ class Engine(WeightsEngine):
         Member ``i``'s weights are ``θ + population.scale(i)·ε(seed_i)``.  Every member gets
         the same prompts and the same ``sampling`` (its seed included: common random numbers),
         so ``result[i]`` equals ``generate(prompts, sampling)`` after
-        ``perturb(noise, seed_i, scale_i)`` — what an override must also return.
+        ``perturb(noise, seed_i, scale_i)`` — what every path must also return.
         ``on_member(i, result[i])`` is called once per member, in member order, as soon as its
-        completions exist (a batched override calls it after the batch); it may score them.
+        completions exist (a batched path calls it after the batch); it may score them.
         The weights are the master's on return and when anything raises.
 
-        Default: :meth:`evaluate_population` with ``generate`` (sequential, one member at a time).
+        A template, like :meth:`generate`: :func:`check_request`, then for the path
+        :meth:`population_path` names, ``"sequential"``: :meth:`evaluate_population` with
+        ``generate`` (one member at a time, each ``generate`` counted); any other: the hook
+        :meth:`_generate_population`, timed and counted in :attr:`stats` as one call.
         """
-        def member(i: int) -> list[list[Completion]]:
-            completions = self.generate(prompts, sampling)
-            if on_member is not None:
-                on_member(i, completions)
-            return completions
+        prompts = check_request(prompts, sampling, "generate_population")
+        if self.population_path(noise) == "sequential":
+            def member(i: int) -> list[list[Completion]]:
+                completions = self.generate(prompts, sampling)
+                if on_member is not None:
+                    on_member(i, completions)
+                return completions
 
-        return self.evaluate_population(noise, population, member)
+            return self.evaluate_population(noise, population, member)
+        started = time.perf_counter()
+        results = self._generate_population(noise, population, prompts, sampling)
+        self.stats.record([per_prompt for member in results for per_prompt in member], started)
+        if on_member is not None:
+            for i, member in enumerate(results):
+                on_member(i, member)
+        return results
 
     def population_path(self, noise: Noise) -> str:
         """How :meth:`generate_population` runs ``noise``'s members: ``"sequential"`` (the
-        default loop) or the name of an override's path (``"batched"``), for the metrics log.
+        default loop) or the name of the engine's own path (``"batched"``), for the metrics log.
         A path the engine was told to take but cannot is a one-line ``ValueError``."""
         return "sequential"
+
+    def _generate_population(self, noise: Noise, population: Population, prompts: list[Prompt],
+                             sampling: Sampling) -> list[list[list[Completion]]]:
+        """The hook of an engine whose :meth:`population_path` names a path of its own: every
+        member's completions, ``result[i][p][j]``, in one go (``prompts`` checked).  It must
+        leave the weights the master's, also when it raises; only :meth:`generate_population`
+        calls it, and it neither calls ``on_member`` nor touches ``stats``.
+        Default: not available (the engine only has the sequential path)."""
+        raise NotImplementedError(f"{type(self).__name__} has no population path but the sequential one")
 
     # -- declared, with defaults ---------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -287,5 +329,42 @@ class Engine(WeightsEngine):
         raise NotImplementedError(f"{type(self).__name__} cannot export an HF directory")
 
 
-__all__ = ["WeightsEngine", "Engine", "Sampling", "Completion", "GenerationStats", "Prompt"]
+def check_request(prompts: Sequence[Prompt], sampling: Sampling, call: str = "generate") -> list[Prompt]:
+    """``prompts`` as a list, after the checks that open every rollout call (``call`` names it
+    in the message): a single prompt (a string or one message dict) instead of a sequence, and
+    a ``sampling`` that is not a :class:`Sampling`, are a ``TypeError``."""
+    if isinstance(prompts, (str, dict)):
+        raise TypeError(f"{call} takes a sequence of prompts, not a single prompt")
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a zoopt.engines.base.Sampling, got {type(sampling).__name__}")
+    return list(prompts)
+
+
+POPULATION_MODES = ("auto", "batched", "sequential")
+
+
+def check_population_mode(mode: str) -> str:
+    """``mode`` when it is one of :data:`POPULATION_MODES` (an engine's ``population`` setting),
+    else a one-line ``ValueError``."""
+    if mode not in POPULATION_MODES:
+        raise ValueError(f"population must be one of {', '.join(POPULATION_MODES)}, got {mode!r}")
+    return mode
+
+
+def chosen_path(mode: str, noise: Noise, batchable: bool) -> str:
+    """:meth:`Engine.population_path` of an engine set to ``population: mode`` whose own path
+    (``"batched"``, for ``LowRank`` noise) can run ``noise`` when ``batchable``: ``sequential``
+    always runs member by member; ``auto`` takes the batched path where it can; ``batched``
+    insists, and other noise is a one-line ``ValueError``."""
+    if mode == "sequential":
+        return "sequential"
+    if batchable:
+        return "batched"
+    if mode == "batched":
+        raise ValueError(f"population: batched needs noise.kind low_rank, got {noise.kind!r}")
+    return "sequential"
+
+
+__all__ = ["WeightsEngine", "Engine", "Sampling", "Completion", "GenerationStats", "Prompt", "check_request",
+           "POPULATION_MODES", "check_population_mode", "chosen_path"]
 

@@ -23,9 +23,8 @@ a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise a
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager
 
 import numpy as np
 import torch
@@ -34,7 +33,7 @@ from ..models import load_model
 from ..noise import LowRank, Noise
 from ..runs.atomic import atomic_directory
 from ..types import Population
-from .base import Completion, Engine, Prompt, Sampling
+from .base import Completion, Engine, Prompt, Sampling, check_population_mode, chosen_path
 from .batched import BatchedLowRank, RowLayout
 from .module import ModuleEngine
 from .prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
@@ -53,8 +52,6 @@ class HFEngine(ModuleEngine, Engine):
     is an error); ``"sequential"`` always runs member by member.
     """
 
-    POPULATION_MODES = ("auto", "batched", "sequential")
-
     def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
                  system_prompt: str | None = None, noise_cache_bytes: int = 0, population: str = "auto") -> None:
         ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
@@ -68,9 +65,7 @@ class HFEngine(ModuleEngine, Engine):
         self._pad_id = ensure_pad_token(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self._cache_arg = _cache_argument(model)
-        if population not in self.POPULATION_MODES:
-            raise ValueError(f"population must be one of {', '.join(self.POPULATION_MODES)}, got {population!r}")
-        self.population = population
+        self.population = check_population_mode(population)
         self._row_layouts: dict[tuple, RowLayout] = {}
 
     @classmethod
@@ -95,11 +90,8 @@ class HFEngine(ModuleEngine, Engine):
         return encode_prompt(self.tokenizer, prompt, self.system_prompt)
 
     # -- generation ------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Completion]]:
         """``sampling.n`` completions per prompt, ``result[i][j]`` (see the module docstring)."""
-        if isinstance(prompts, (str, dict)):
-            raise TypeError("generate takes a sequence of prompts, not a single prompt")
-        t0 = time.perf_counter()
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, j) for i in range(len(encoded)) for j in range(sampling.n)]
         rows.sort(key=lambda r: len(encoded[r[0]]))  # less padding; results do not depend on order
@@ -112,32 +104,21 @@ class HFEngine(ModuleEngine, Engine):
                                            prompt_of=[i for i, _ in chunk], weights_of=[0] * len(chunk))
                 for (i, j), c in zip(chunk, out):
                     results[i][j] = c
-        self.stats.record(results, t0)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
     # -- the population call -----------------------------------------------------------------
     def population_path(self, noise: Noise) -> str:
-        if self.population == "sequential":
-            return "sequential"
-        if isinstance(noise, LowRank):
-            return "batched"
-        if self.population == "batched":
-            raise ValueError(f"population: batched needs noise.kind low_rank, got {noise.kind!r}")
-        return "sequential"
+        """``"batched"`` for ``LowRank`` noise unless ``population`` is ``sequential`` (see the class)."""
+        return chosen_path(self.population, noise, isinstance(noise, LowRank))
 
-    def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
-                            sampling: Sampling, on_member=None) -> list[list[list[Completion]]]:
-        """The contract's population call; for ``LowRank`` noise (see ``population``) every
-        member's rows go through one batched decoding loop, micro-batched by ``batch_size``
-        across members, with each member's perturbation applied in activation space
+    def _generate_population(self, noise: Noise, population: Population, prompts: list[Prompt],
+                             sampling: Sampling) -> list[list[list[Completion]]]:
+        """The batched path (``LowRank`` noise, see ``population``): every member's rows go
+        through one batched decoding loop, micro-batched by ``batch_size`` across members, with
+        each member's perturbation applied in activation space
         (:class:`~zoopt.engines.batched.BatchedLowRank`).  The weights are never written, and
         sample j of prompt p uses the same uniform stream ``(sampling.seed, p, j)`` as the
         sequential path, so results equal it up to floating-point rounding."""
-        if self.population_path(noise) != "batched":
-            return super().generate_population(noise, population, prompts, sampling, on_member)
-        if isinstance(prompts, (str, dict)):
-            raise TypeError("generate_population takes a sequence of prompts, not a single prompt")
-        t0 = time.perf_counter()
         self.restore()
         key = (noise.include, noise.exclude)
         if key not in self._row_layouts:
@@ -156,10 +137,6 @@ class HFEngine(ModuleEngine, Engine):
                                            weights_of=[i for i, _, _ in chunk], at_weights=batch.rows)
                 for (i, p, j), c in zip(chunk, out):
                     results[i][p][j] = c
-        self.stats.record([per_prompt for member in results for per_prompt in member], t0)
-        if on_member is not None:
-            for i, member in enumerate(results):
-                on_member(i, member)
         return results
 
     def _generate_batch(self, prompts: list[list[int]], keys: list[tuple[int, int]], sampling: Sampling,

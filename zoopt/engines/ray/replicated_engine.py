@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 from ...noise import Noise
 from ...runs.atomic import atomic_directory
 from ...types import Population, Update
-from ..base import Completion, Engine, Prompt, Sampling
+from ..base import Completion, Engine, Prompt, Sampling, check_request
 from ..rule_state import RuleState, next_rule_state
 from ..weights import check_finite
 from .cluster import connect, placement, require_ray
@@ -218,9 +218,10 @@ class RayEngine(Engine):
     def generate_population(self, noise: Noise, population: Population, prompts: Sequence[Prompt],
                             sampling: Sampling, on_member: Callable | None = None) -> list[list[list[Completion]]]:
         """The contract's population call (see the module docstring); ``result[i]`` equals the
-        inner engine's ``generate`` after ``perturb(noise, seed_i, scale_i)``."""
-        if isinstance(prompts, (str, dict)):
-            raise TypeError("generate_population takes a sequence of prompts, not a single prompt")
+        inner engine's ``generate`` after ``perturb(noise, seed_i, scale_i)``.  An override of
+        the whole call (every path is scheduled over the replicas, ``on_member`` as results
+        arrive), opened with the contract's :func:`~zoopt.engines.base.check_request`."""
+        prompts = check_request(prompts, sampling, "generate_population")
         t0 = time.perf_counter()
         pool = self.pool
         pool.perturbation = None  # each replica call perturbs from the master and restores
@@ -230,7 +231,7 @@ class RayEngine(Engine):
         n = len(population)
         chunk = 1 if self.population_path(noise) == "sequential" else math.ceil(n / max(1, len(pool.ready())))
         tasks = [list(range(a, min(a + chunk, n))) for a in range(0, n, chunk)]
-        noise_ref, prompts_ref, sampling_ref = ray.put(noise), ray.put(list(prompts)), ray.put(sampling)
+        noise_ref, prompts_ref, sampling_ref = ray.put(noise), ray.put(prompts), ray.put(sampling)
         results: list = [None] * n
         reported, scoring_s = 0, 0.0
 
@@ -259,12 +260,9 @@ class RayEngine(Engine):
         self.stats.record([per_prompt for member in results for per_prompt in member], t0 + scoring_s)
         return results
 
-    def generate(self, prompts: Sequence[Prompt], sampling: Sampling) -> list[list[Completion]]:
+    def _generate(self, prompts: list[Prompt], sampling: Sampling) -> list[list[Completion]]:
         """The prompts in contiguous slices, one per replica (the inner engine's results)."""
-        if isinstance(prompts, (str, dict)):
-            raise TypeError("generate takes a sequence of prompts, not a single prompt")
-        t0 = time.perf_counter()
-        prompts, pool = list(prompts), self.pool
+        pool = self.pool
         pool.settle()
         k = len(pool.ready()) if (sampling.greedy or can_offset(self.inner)) else 1
         k = max(1, min(k, len(prompts)))
@@ -282,7 +280,6 @@ class RayEngine(Engine):
 
         if prompts:
             pool.schedule(k, submit, done)
-        self.stats.record(results, t0)
         return results
 
     # -- weights ---------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""The vLLM engine: the driver (:mod:`.driver`), its workers' side (:mod:`.worker`, :mod:`.layout`),
-the multi-LoRA population (:mod:`.lora`) and how vLLM is started here (:mod:`.environment`)."""
+"""The vLLM engine: the driver (:mod:`.driver`), its rollouts in vLLM's terms (:mod:`.sampling`),
+the weights it reaches in the workers (:mod:`.remote_weights`), the workers' side (:mod:`.worker`,
+:mod:`.layout`), the multi-LoRA population (:mod:`.lora`) and how vLLM is started here
+(:mod:`.environment`)."""
 
 from .driver import VLLMEngine
 

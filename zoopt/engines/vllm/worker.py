@@ -193,7 +193,7 @@ class ZooptWorkerExtension:
         """Write this rank's pieces of every HF tensor to ``directory/rank{r}.safetensors``.
 
         Tensors are named ``"{hf_name}#{i}"``; the metadata entry ``"boxes"`` maps each to its
-        HF box.  :func:`zoopt.engines.vllm.assemble_pieces` merges the files of all ranks into
+        HF box.  :func:`zoopt.engines.vllm.remote_weights.assemble_pieces` merges the files of all ranks into
         whole HF tensors.
         """
         from safetensors.torch import save_file
