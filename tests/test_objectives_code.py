@@ -264,6 +264,8 @@ def test_packages_are_checked_at_construction():
         MBPP(data_files=DATA_FILES, packages=["no_such_package_zoopt"])
     with pytest.raises(ValueError, match="packages"):
         MBPP(data_files=DATA_FILES, packages="numpy")
+    with pytest.raises(ValueError, match="filesystem='visible'"):
+        MBPP(data_files=DATA_FILES, packages=["numpy"], filesystem="visible")
 
 
 # ---- answer keys on disk ----------------------------------------------------------------------

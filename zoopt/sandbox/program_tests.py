@@ -101,6 +101,9 @@ class ProgramTestObjective(Objective):
                              f"got {filesystem!r}")
         if isinstance(packages, str) or not all(isinstance(p, str) and p for p in packages):
             raise ValueError(f"packages must be a list of package names, got {packages!r}")
+        if packages and filesystem == "visible":
+            raise ValueError("packages: only the allowlist view binds packages; "
+                             "filesystem='visible' shows every installed one")
         if not timeout_s > 0 or not batch_timeout_s > 0:
             raise ValueError(f"timeout_s and batch_timeout_s must be > 0, got {timeout_s}, "
                              f"{batch_timeout_s}")

@@ -397,4 +397,4 @@ def isolation() -> SandboxResult:
     """What the sandbox gives on this machine: a trivial program's result (its
     ``network_isolated``, ``pid_namespace``, ``private_tmp``, ``private_filesystem``,
     ``seccomp``, ``uid``), run once."""
-    return run_program("pass", timeout_s=30, network="refuse", filesystem="warn")
+    return run_program("pass", timeout_s=30, network="refuse", filesystem="refuse")

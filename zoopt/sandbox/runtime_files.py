@@ -98,9 +98,12 @@ def runtime_view(packages: tuple[str, ...] = ()) -> dict:
     """The allowlist for programs of this interpreter that import ``packages`` (see the module
     docstring): ``{"dirs", "hide", "files", "packages", "sys_path"}``, absolute paths.
     Raises ValueError naming a package that is not installed, RuntimeError when the probe fails."""
-    stdlib = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys, json; "
-                             "print(json.dumps(sys.path))"], capture_output=True, text=True,
-                            timeout=60, check=True)
+    try:
+        stdlib = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys, json; "
+                                 "print(json.dumps(sys.path))"], capture_output=True, text=True,
+                                timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"sandbox: the interpreter's sys.path could not be read: {exc}") from exc
     dirs = [d for d in json.loads(stdlib.stdout) if os.path.isdir(d)]
     dirs = [d for d in dirs if not _under(d, [o for o in dirs if o != d])]  # topmost only
     hide = [os.path.join(d, name) for d in dirs for name in PACKAGE_DIRS
@@ -110,10 +113,13 @@ def runtime_view(packages: tuple[str, ...] = ()) -> dict:
         folder, paths = _package_dirs(name)
         sys_path += [folder] if folder not in sys_path else []
         bound += [p for p in paths if p not in bound]
-    probe = subprocess.run(
-        [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps([list(packages),
-                                                                            sys_path])],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__),
+             json.dumps([list(packages), sys_path])],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"sandbox: the runtime probe could not run: {exc}") from exc
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"sandbox: the runtime probe failed for packages {list(packages)}: "
