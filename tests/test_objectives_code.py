@@ -18,7 +18,7 @@ import pytest
 
 import objectives
 from hostile_programs import (HOSTILE, hostile_source, listener, open_dir,  # noqa: F401
-                              sandbox_processes, sandbox_root)
+                              sandbox_processes, sandbox_root, visible_in_the_sandbox)
 from zoopt.sandbox import program_tests
 from objectives.humaneval import HumanEval, load_problems, truncate
 from objectives.mbpp import MBPP, _normalise
@@ -311,7 +311,7 @@ def test_answer_keys_planted_on_disk_score_zero(where, mbpp, sandbox_root):
         program = f"```python\n{planted_key_program(key)}```"
         assert mbpp(prompts, [program], **columns) == [0.0]
         visible = MBPP(data_files=DATA_FILES, workers=1, timeout_s=3.0, filesystem="visible")
-        if all(p.stat().st_mode & 0o001 for p in key.parents):  # the uid can reach it at all
+        if visible_in_the_sandbox(key):  # not below /tmp or a 0700 folder: the old view shows it
             assert visible(prompts, [program], **columns) == [1.0]
     finally:
         key.unlink()
@@ -348,5 +348,5 @@ def test_humaneval_problems_file_is_out_of_reach():
     assert humaneval([row["prompt"]], [forged], **cols) == [0.0]
     assert humaneval.last_results[0].private_filesystem
     visible = HumanEval(test_fraction=1.0, workers=1, timeout_s=10.0, filesystem="visible")
-    if all(p.stat().st_mode & 0o001 for p in Path(problems_file).parents):
+    if visible_in_the_sandbox(Path(problems_file)):
         assert visible([row["prompt"]], [forged], **cols) == [1.0], visible.last_results

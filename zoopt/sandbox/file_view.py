@@ -7,12 +7,14 @@ before the program starts; the allowlist comes from the parent (``runtime_files.
 2. bound into it, read-only, at the paths the interpreter expects: the standard library
    (its ``site-packages`` covered by an empty tmpfs), each shared library the interpreter
    loads, the interpreter binary, the packages an objective named; ``/dev/null``, ``zero``,
-   ``random`` and ``urandom`` and the ``/dev/fd``, ``stdin``/``stdout``/``stderr`` links;
-3. the whole tree made read-only and ``nosuid`` in one ``mount_setattr(AT_RECURSIVE)`` (a
-   remount per mount point where the kernel is older than 5.12);
-4. a fresh ``/proc`` (only the sandbox's processes are in it) and size-limited tmpfs at
-   ``/tmp`` (the working directory, ``/tmp/work``) and ``/dev/shm`` (``multiprocessing``'s
-   semaphores), writable;
+   ``random`` and ``urandom`` and the ``/dev/fd``, ``stdin``/``stdout``/``stderr`` links.
+   Size-limited tmpfs at ``/tmp`` — the working directory, ``/tmp/work`` — and ``/dev/shm``,
+   ``multiprocessing``'s semaphores, are mounted before the binds, so that an allowlisted path
+   below ``/tmp``, a checkout's virtual environment there, is bound on top of them;
+3. the whole tree made read-only and ``nosuid`` in one ``mount_setattr(AT_RECURSIVE)``, and
+   the two scratch tmpfs writable again (a remount per mount point where the kernel is older
+   than 5.12);
+4. a fresh ``/proc`` (only the sandbox's processes are in it);
 5. ``pivot_root`` into it and the old root detached: nothing of the machine's file system is
    reachable any more, by any path, from any process started after this.
 
@@ -33,6 +35,7 @@ DEVICES = ("null", "zero", "random", "urandom")
 LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
          "stderr": "/proc/self/fd/2"}
 ROOT_DIRS = ("dev", "dev/shm", "proc", "tmp")
+SCRATCH = ("tmp", "dev/shm")  # writable tmpfs of disk_mb each
 
 libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 libc.syscall.restype = ctypes.c_long
@@ -62,11 +65,19 @@ def _bind_dir(root: str, path: str, mounted: list) -> None:
     mounted.append(target)
 
 
-def _read_only(root: str, mounted: list) -> None:
-    """Every mount of the new tree read-only and nosuid: one call, or one remount each."""
-    attr = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, root.encode(), AT_RECURSIVE,
-                    ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+def _mount_setattr(path: str, flags: int, attr: MountAttr) -> bool:
+    return libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr),
+                        ctypes.sizeof(attr)) == 0
+
+
+def _read_only(root: str, mounted: list, scratch: list) -> None:
+    """Every mount of the new tree read-only and nosuid but the ``scratch`` tmpfs themselves
+    (what is bound below them stays read-only): one recursive call and one per scratch
+    directory, or one remount per mount point where the kernel has no ``mount_setattr``."""
+    if _mount_setattr(root, AT_RECURSIVE, MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)):
+        for target in scratch:
+            if not _mount_setattr(target, 0, MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)):
+                check(-1, f"mount_setattr {target}")  # raises with errno's reason
         return
     for target in [root] + mounted:
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
@@ -82,9 +93,13 @@ def build(root: str, view: dict, disk_mb: int, private_proc: bool) -> None:
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     old_umask = os.umask(0o022)
     mounted: list[str] = []
+    scratch = [_inside(root, name) for name in SCRATCH]
     try:
         for name in ROOT_DIRS:
             os.mkdir(_inside(root, name), 0o755)
+        for target in scratch:  # first: a bound path below /tmp (a venv there) goes on top
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV,
+                  f"size={int(disk_mb)}m,mode=1777")
         for directory in view["dirs"] + view["packages"]:
             (_bind_dir if os.path.isdir(directory) else _bind_file)(root, directory, mounted)
         for directory in view["hide"]:
@@ -99,12 +114,9 @@ def build(root: str, view: dict, disk_mb: int, private_proc: bool) -> None:
             os.symlink(target, _inside(root, f"dev/{name}"))
     finally:
         os.umask(old_umask)
-    _read_only(root, mounted)
+    _read_only(root, mounted, scratch)
     if private_proc:
         mount("proc", _inside(root, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for name in ("tmp", "dev/shm"):
-        mount("tmpfs", _inside(root, name), "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={int(disk_mb)}m,mode=1777")
     os.chdir(root)
     check(libc.syscall(syscall_pivot, b".", b"."), "pivot_root")
     check(libc.umount2(b".", MNT_DETACH), "detaching the old root")
