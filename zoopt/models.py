@@ -14,6 +14,8 @@ name, and every tokenizer it returns pads on the left (pad token = EOS when it h
   use, read from there like any HF directory;
 - ``"tiny"`` / ``"tiny:SEED"`` — a randomly initialised 2-layer Llama (hidden 64) with a
   character-level tokenizer and no chat template, identical for the same seed, for fast tests.
+- a PEFT adapter directory (``adapter_config.json``; what adapter space exports) — its base
+  model, loaded by this function, with the adapter injected;
 - anything else — a local HF directory (or, where the hub is reachable, a hub id) read with
   ``AutoModelForCausalLM`` / ``AutoTokenizer``.
 """
@@ -79,6 +81,8 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: 
         model, tokenizer = tiny_model(_tiny_seed(name))
         for param in model.parameters():  # not .to(dtype): rotary buffers stay fp32, as in from_pretrained
             param.data = param.data.to(torch_dtype)
+    elif (Path(name).expanduser() / "adapter_config.json").is_file():
+        model, tokenizer = _with_adapter(Path(name).expanduser(), torch_dtype)
     else:
         path = (ensure_embedded() if name == EMBEDDED else cached_build(name) or Path(name).expanduser())
         model, tokenizer = _from_pretrained(name, path, torch_dtype)
@@ -110,6 +114,19 @@ def _from_pretrained(name: str, path: Path, dtype: torch.dtype):
             f"cannot load model {name!r}: it is not a local directory, nor {EMBEDDED!r} or 'tiny', "
             f"and the model hub could not provide it ({reason})") from None
     return model, tokenizer
+
+
+def _with_adapter(path: Path, dtype: torch.dtype):
+    """A PEFT adapter directory (what adapter space exports): its base
+    (``base_model_name_or_path``, any name :func:`load_model` takes) with the adapter injected,
+    unmerged — the forward adapter-space training ran."""
+    from peft import PeftModel
+
+    base_name = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ModelLoadError(f"cannot load adapter {str(path)!r}: its adapter_config.json names no base model")
+    base, tokenizer = load_model(base_name, dtype=dtype)
+    return PeftModel.from_pretrained(base, str(path)).get_base_model(), tokenizer
 
 
 def _looks_like_path(name: str) -> bool:

@@ -147,6 +147,19 @@ class WeightsEngine(abc.ABC):
         the same weights under the same names give the same digest."""
 
     # -- declared, with defaults ---------------------------------------------------------------
+    #: The parameter space of the weights: ``"full"`` (every parameter of the model, the
+    #: default) or ``"adapter"`` (a LoRA adapter on a frozen base, :mod:`zoopt.adapters`).
+    space: str = "full"
+
+    def base_checksum(self) -> str:
+        """A digest of what the weights sit on and never change: in adapter space, the frozen
+        base's stored bytes.  Default (full space: nothing is frozen): :meth:`checksum`."""
+        return self.checksum()
+
+    def space_record(self) -> dict:
+        """What a seed log records of the space (:mod:`zoopt.adapters.record`).  Default: ``{"space": "full"}``."""
+        return {"space": "full"}
+
     def master_checksum(self) -> str:
         """The digest of the fp32 master.  Default: not available."""
         raise NotImplementedError(f"{type(self).__name__} does not expose its master copy")

@@ -23,12 +23,18 @@ a log-prob; nothing after it is returned), ``finish_reason="stop"``; otherwise a
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from pathlib import Path
 from typing import Callable, ContextManager
 
 import numpy as np
 import torch
 
+from ..adapters.attach import ADAPTER, attach, base_digest, is_adapter, logical_name
+from ..adapters.export import merge_adapter, save_adapter
+from ..adapters.quantize import check_quantization, quantize_base
+from .adapter_rows import AdapterRows
+from ..adapters.space import AdapterSpace
 from ..models import load_model
 from ..noise import LowRank, Noise
 from ..runs.atomic import atomic_directory
@@ -53,8 +59,15 @@ class HFEngine(ModuleEngine, Engine):
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 64, master_device=None,
-                 system_prompt: str | None = None, noise_cache_bytes: int = 0, population: str = "auto") -> None:
-        ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
+                 system_prompt: str | None = None, noise_cache_bytes: int = 0, population: str = "auto",
+                 adapter: AdapterSpace | None = None) -> None:
+        self.adapter, self.peft_model = adapter, None
+        if adapter is not None:  # adapter space: the LoRA tensors are the weights, the base is frozen
+            self.peft_model = attach(model, adapter)
+            ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes,
+                                  select=is_adapter, logical=logical_name)
+        else:
+            ModuleEngine.__init__(self, model, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
         Engine.__init__(self)
         if batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size!r}")
@@ -69,12 +82,37 @@ class HFEngine(ModuleEngine, Engine):
         self._row_layouts: dict[tuple, RowLayout] = {}
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", **kw) -> "HFEngine":
-        """Load with :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:SEED"``, a path)."""
+    def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", quantization: str = "none",
+                        adapter: AdapterSpace | None = None, **kw) -> "HFEngine":
+        """Load with :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:SEED"``, a path);
+        ``quantization`` (``none``/``int8``/``int4``, adapter space only) quantizes the frozen base
+        before the adapter is attached (:mod:`zoopt.adapters.quantize`)."""
+        check_quantization(quantization, "adapter" if adapter is not None else "full")
         model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
-        engine = cls(model, tokenizer, **kw)
-        engine.model_name, engine.model_dtype = str(name_or_path), str(dtype)
+        quantize_base(model, quantization)
+        engine = cls(model, tokenizer, adapter=adapter, **kw)
+        engine.model_name, engine.model_dtype, engine.quantization = str(name_or_path), str(dtype), quantization
         return engine
+
+    quantization = "none"  # the base's weight-only quantization (set by from_pretrained)
+
+    @property
+    def space(self) -> str:
+        """``"adapter"`` when the weights are a LoRA adapter on a frozen base, else ``"full"``."""
+        return "full" if self.adapter is None else "adapter"
+
+    def base_checksum(self) -> str:
+        """Adapter space: blake2b over the frozen base's stored bytes (quantized data and scales
+        included); it never changes.  Full space: the working weights' :meth:`checksum`."""
+        return super().base_checksum() if self.adapter is None else base_digest(self.module)
+
+    def space_record(self) -> dict:
+        """Full space: ``{"space": "full"}``; adapter space adds the adapter's config, the base's
+        quantization and :meth:`base_checksum` (what a resume or an export must find again)."""
+        if self.adapter is None:
+            return super().space_record()
+        return {"space": "adapter", "adapter": self.adapter.to_dict(), "quantization": self.quantization,
+                "base_weights": self.base_checksum()}
 
     @property
     def device(self) -> torch.device:
@@ -108,8 +146,9 @@ class HFEngine(ModuleEngine, Engine):
 
     # -- the population call -----------------------------------------------------------------
     def population_path(self, noise: Noise) -> str:
-        """``"batched"`` for ``LowRank`` noise unless ``population`` is ``sequential`` (see the class)."""
-        return chosen_path(self.population, noise, isinstance(noise, LowRank))
+        """``"batched"`` for ``LowRank`` noise, and for any noise in adapter space, unless
+        ``population`` is ``sequential`` (see the class)."""
+        return chosen_path(self.population, noise, self.adapter is not None or isinstance(noise, LowRank))
 
     def _generate_population(self, noise: Noise, population: Population, prompts: list[Prompt],
                              sampling: Sampling) -> list[list[list[Completion]]]:
@@ -120,10 +159,13 @@ class HFEngine(ModuleEngine, Engine):
         sample j of prompt p uses the same uniform stream ``(sampling.seed, p, j)`` as the
         sequential path, so results equal it up to floating-point rounding."""
         self.restore()
-        key = (noise.include, noise.exclude)
-        if key not in self._row_layouts:
-            self._row_layouts[key] = RowLayout(self.module, self.weights, noise)
-        batch = BatchedLowRank(self._row_layouts[key], self.weights, noise, population)
+        if self.adapter is not None:  # one adapter per row (zoopt.adapters.rows)
+            batch = AdapterRows(self.module, self.weights, noise, population)
+        else:
+            key = (noise.include, noise.exclude)
+            if key not in self._row_layouts:
+                self._row_layouts[key] = RowLayout(self.module, self.weights, noise)
+            batch = BatchedLowRank(self._row_layouts[key], self.weights, noise, population)
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, p, j) for i in range(len(population)) for p in range(len(encoded)) for j in range(sampling.n)]
         rows.sort(key=lambda r: len(encoded[r[1]]))  # members mix within a micro-batch
@@ -268,16 +310,34 @@ class HFEngine(ModuleEngine, Engine):
     def export_pretrained(self, directory: str | Path) -> Path:
         """Write an HF directory (config, tokenizer, safetensors) loadable by ``load_model``.
 
+        In adapter space it is a PEFT adapter directory instead (:func:`zoopt.adapters.export.save_adapter`:
+        ``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer), loadable with
+        ``PeftModel.from_pretrained`` and vLLM's ``LoRARequest``.
+
         The weights written are the fp32 *master* (the exact ES state, whatever dtype the
         module runs in); perturbations are not exported.  The directory appears atomically:
         it is written beside ``directory`` and renamed into place (replacing an old one).
         """
         self.restore()
+        if self.adapter is not None:
+            return save_adapter(directory, self.peft_model.peft_config[ADAPTER], self.weights.items(master=True),
+                                getattr(self, "model_name", ""), self.tokenizer)
         with atomic_directory(directory) as tmp:
             self.module.save_pretrained(str(tmp), state_dict=dict(self.master))
             self.tokenizer.save_pretrained(str(tmp))
         directory = Path(directory).absolute()
         return directory
+
+    def export_merged(self, directory: str | Path) -> Path:
+        """Adapter space on a base that is not quantized: a full HF model directory with the
+        adapter merged in (:func:`zoopt.adapters.export.merge_adapter`, on a fresh copy of the base)."""
+        if self.adapter is None:
+            return self.export_pretrained(directory)
+        if self.quantization != "none":
+            raise ValueError(f"merge: the base is quantized ({self.quantization}); export the adapter instead")
+        with tempfile.TemporaryDirectory() as tmp:
+            adapter_dir = self.export_pretrained(Path(tmp) / "adapter")
+            return merge_adapter(adapter_dir, directory, self.model_name, dtype=self.model_dtype)
 
 
 MIN_SHARED_PREFIX = 8  # tokens: below this an extra forward costs more than it saves

@@ -29,6 +29,9 @@ class ModuleEngine(WeightsEngine):
     ``master_device`` holds the fp32 master copy (default: each parameter's own device; pass
     ``"cpu"`` to keep a GPU model's master in host memory).
 
+    ``select``/``logical`` (optional) choose which parameters are the weights and name them
+    (:meth:`MasterWeights.of_module`; adapter space holds only the LoRA tensors).
+
     ``noise_cache_bytes`` (default 0: off) lets ``perturb`` keep up to that many bytes of the
     fp32 noise it draws, so that the next ``apply`` reuses them instead of drawing them again
     (on a CPU, drawing the noise is most of an ES step's non-generation time).  The noise is a
@@ -37,10 +40,10 @@ class ModuleEngine(WeightsEngine):
     """
 
     def __init__(self, module: torch.nn.Module, master_device: str | torch.device | None = None,
-                 noise_cache_bytes: int = 0) -> None:
+                 noise_cache_bytes: int = 0, select=None, logical=None) -> None:
         self.module = module
-        self.weights = MasterWeights.of_module(module, master_device=master_device,
-                                               noise_cache_bytes=noise_cache_bytes)
+        self.weights = MasterWeights.of_module(module, master_device=master_device, noise_cache_bytes=noise_cache_bytes,
+                                               select=select, logical=logical)
 
     @property
     def params(self) -> dict[str, torch.Tensor]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
 
@@ -139,12 +139,17 @@ class MasterWeights:
         self.rule_state: RuleState | None = None  # an update rule's state beside the master (rule_state.py)
 
     @classmethod
-    def of_module(cls, module: torch.nn.Module, master_device=None, noise_cache_bytes: int = 0) -> "MasterWeights":
+    def of_module(cls, module: torch.nn.Module, master_device=None, noise_cache_bytes: int = 0,
+                  select: Callable[[str], bool] | None = None,
+                  logical: Callable[[str], str] | None = None) -> "MasterWeights":
         """One whole piece per parameter of ``module`` (tied parameters once, as
-        ``named_parameters()`` lists them)."""
-        params = dict(module.named_parameters())
-        shapes = {n: tuple(p.shape) for n, p in params.items()}
-        layout = {n: [Piece(n, whole_box(s), whole_box(s))] for n, s in shapes.items()}
+        ``named_parameters()`` lists them).  ``select(name)`` keeps only some parameters (adapter
+        space: the LoRA tensors, the frozen base is not held at all); ``logical(name)`` renames
+        them (adapter space: the names PEFT saves)."""
+        params = {n: p for n, p in module.named_parameters() if select is None or select(n)}
+        logical = logical or (lambda n: n)
+        shapes = {logical(n): tuple(p.shape) for n, p in params.items()}
+        layout = {logical(n): [Piece(n, whole_box(p.shape), whole_box(p.shape))] for n, p in params.items()}
         return cls(params, shapes, layout, master_device=master_device, noise_cache_bytes=noise_cache_bytes)
 
     # -- the three writes -----------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..registry import ENGINES, ESTIMATORS, NOISE, SHAPINGS, engine_refusal
-from .schema import Config, ConfigError, boolean, hp, integer, list_of, mapping, number, section, string
+from .schema import Config, ConfigError, Rule, boolean, hp, integer, list_of, mapping, number, section, string
 
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # zoopt.models.resolve_dtype's names
 FP32_NAMES = ("float32", "fp32")  # GRPO's dtype: the policy it trains holds fp32 weights
@@ -19,6 +19,8 @@ TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # = "none" + zoopt.repor
 NOISE_STREAMS = ("counter", "numpy")                     # = zoopt.noise.STREAMS (tested)
 UPDATE_RULES = ("sgd", "momentum", "adam", "rmsprop")    # = zoopt.updates.config.RULE_NAMES (tested)
 DECAY_TOWARDS = ("base", "zero")                         # = zoopt.updates.rules.DECAY_TOWARDS (tested)
+SPACES = ("full", "adapter")                             # = zoopt.adapters.SPACES (tested)
+QUANTIZATIONS = ("none", "int8", "int4")                 # = zoopt.adapters.QUANTIZATIONS (tested)
 
 
 # -- keys both runs have (one definition, used by both classes) -----------------------------
@@ -98,6 +100,14 @@ def check_engine(engine: str, command: str) -> None:
     reason = engine_refusal(engine, command)
     if reason:
         raise ConfigError(f"config key 'engine': {reason}")
+
+
+def check_space(space: str, quantization: str, engine: str) -> None:
+    """A quantized base needs adapter space; adapter space runs on the hf engine (for now)."""
+    if quantization != "none" and space != "adapter":
+        raise ConfigError(f"config key 'quantization': {quantization} freezes the base, so it needs space: adapter")
+    if space == "adapter" and engine != "hf":
+        raise ConfigError(f"config key 'space': adapter runs on the hf engine, not yet on {engine!r}")
 
 
 # -- sections -------------------------------------------------------------------------------
@@ -180,6 +190,21 @@ class EvalConfig(Config):
 
 # -- the two runs ---------------------------------------------------------------------------
 @dataclass(frozen=True)
+class AdapterConfig(Config):
+    """LoRA's knobs in PEFT's names, used with ``space: adapter`` (docs/adapters.md)."""
+
+    prefix = "adapter."
+    r: int = hp(8, "LoRA rank r (W + (lora_alpha/r)·B·A)", integer(ge=1))
+    lora_alpha: float = hp(16.0, "LoRA scale numerator", number(gt=0))
+    target_modules: tuple | str = hp("all-linear", "all-linear, or the names of the linear modules that get an "
+                                     "adapter (q_proj, v_proj, ...)", Rule("list", item=string(), single=True,
+                                                                               also=("all-linear",)))
+    init_lora_weights: bool | str = hp(True, "true: B = 0, the run starts at the base (PEFT's default); gaussian; "
+                                       "false: A and B random", Rule("bool", also=("gaussian",)))
+    init_seed: int = hp(0, "torch seed of the adapter's start", integer(ge=0))
+
+
+@dataclass(frozen=True)
 class TrainConfig(Config):
     """The default `zoopt train` run: ES on the embedded SmolLM2-135M-Instruct, two-digit addition.
     Every key can be overridden with `--set key=value` (dotted for sections: sampling.n=4).
@@ -213,6 +238,11 @@ class TrainConfig(Config):
                    number(gt=0))
     update: UpdateConfig = section(UpdateConfig, "the update rule over ĝ (sgd, momentum, adam, rmsprop; decay, clipping)")
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
+    space: str = hp("full", "the weights ES moves: full (every parameter) | adapter (a LoRA adapter on a frozen base; "
+                    "docs/adapters.md)", string(choices=SPACES))
+    adapter: AdapterConfig = section(AdapterConfig, "space: adapter only: the LoRA adapter (PEFT's names)")
+    quantization: str = hp("none", "the frozen base's weight-only quantization (space: adapter only): none | int8 | "
+                           "int4 (torchao)", string(choices=QUANTIZATIONS))
     population: str = hp("auto", "how a step's members run: auto (one batched call for low_rank noise where the "
                          "engine has one — hf; vllm with engine_args.max_loras — else member by member) | batched | "
                          "sequential (docs/batched-population.md)",
@@ -235,6 +265,7 @@ class TrainConfig(Config):
     def check(self) -> None:
         check_engine(self.engine, "train")
         check_report_to(self.report_to)
+        check_space(self.space, self.quantization, self.engine)
 
 
 @dataclass(frozen=True)

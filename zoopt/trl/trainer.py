@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from ..adapters import AdapterSpace
 from ..callbacks import Callback
 from ..config import ConfigError
 from ..engines.hf import HFEngine
@@ -32,17 +33,29 @@ class ESTrainer:
         processing_class: the tokenizer of a ``PreTrainedModel`` (default: its config's); a model
             id or path loads its own, and giving one with it is an error.
         callbacks: :class:`zoopt.callbacks.Callback` s (``EarlyStopping``, your own).
+        peft_config: a PEFT ``LoraConfig``, as TRL takes it: ES trains that adapter on the frozen
+            base (``space: adapter``, :class:`~zoopt.adapters.AdapterSpace.from_lora_config`);
+            with a model id or path only (the seed log must be able to reload the base).
     """
 
     def __init__(self, model: str | torch.nn.Module, reward_funcs: RewardFunction | Sequence[RewardFunction],
                  args: ESConfig | None = None, train_dataset=None, eval_dataset=None, processing_class=None,
-                 callbacks: Sequence[Callback] | None = None) -> None:
+                 callbacks: Sequence[Callback] | None = None, peft_config=None) -> None:
         self.args = args if args is not None else ESConfig()
         if not isinstance(self.args, ESConfig):
             raise TypeError(f"args must be a zoopt.trl.ESConfig, got {type(self.args).__name__}")
         self.objective = RewardFunctions(reward_funcs, train_dataset, eval_dataset, weights=self.args.reward_weights)
         self.eval_dataset = eval_dataset
-        self.cfg = self.args.train_config(objective=self.objective.name,
+        space = {}
+        if peft_config is not None:
+            if not isinstance(model, str):
+                raise ConfigError("peft_config: pass the base model's id or path, not a model object (its seed log "
+                                  "replays onto a base that can be loaded again)")
+            try:
+                space = {"space": "adapter", "adapter": AdapterSpace.from_lora_config(peft_config).to_dict()}
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        self.cfg = self.args.train_config(objective=self.objective.name, **space,
                                           **({"model": model} if isinstance(model, str) else {}))
         self.es = build_es(self.cfg)
         self.engine = self._engine(model, processing_class)

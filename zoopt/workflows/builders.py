@@ -50,6 +50,7 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
         options["noise_cache_bytes"] = cache
     if "population" in cfg:  # ES configs: how the engine runs a population (GRPO has none)
         options["population"] = cfg["population"]
+    options.update(space_options(cfg))
     try:
         engine = engine_cls.from_pretrained(cfg["model"], dtype=cfg["dtype"], device=cfg["device"],
                                             batch_size=int(cfg["batch_size"]), **options)
@@ -67,6 +68,21 @@ def build_engine(cfg: dict, objective=None, engines_on_host: int = 1):
         engine.system_prompt = objective.system_prompt
     engine.model_name, engine.model_dtype = str(cfg["model"]), str(cfg["dtype"])
     return engine
+
+
+def space_options(cfg: dict) -> dict:
+    """The engine options of a config's parameter space: ``adapter`` (an
+    :class:`~zoopt.adapters.AdapterSpace`) and ``quantization`` for ``space: adapter``; none for
+    ``full`` (the default, and every config written before spaces existed)."""
+    if cfg.get("space", "full") != "adapter":
+        return {}
+    from ..adapters import adapter_space_from_dict
+
+    try:
+        adapter = adapter_space_from_dict(cfg.get("adapter"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return {"adapter": adapter, "quantization": cfg.get("quantization", "none")}
 
 
 def noise_cache_bytes(setting, device: str, engines_on_host: int = 1) -> int:

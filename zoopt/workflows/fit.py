@@ -114,6 +114,7 @@ def describe(engine, objective, es: ES, sampling: Sampling) -> dict:
         "objective": reward_name(objective), "seed": es.seed, "estimator": _name(ESTIMATORS, es.estimator),
         "population_size": es.population_size, "sigma": es.sigma, "lr": es.lr,
         **({"update": update} if update is not None else {}), "noise": es.noise.to_dict(),
+        **{k: v for k, v in engine.space_record().items() if k != "base_weights"},
         "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                      "max_new_tokens": sampling.max_new_tokens, "n": sampling.n}})
 
@@ -136,6 +137,9 @@ def base_model(engine, run_dir: RunDir) -> tuple[str, str]:
     exported to ``run_dir/base_model/`` (an engine built around an in-process model object)."""
     if engine.model_name is not None:
         return engine.model_name, engine.model_dtype or "float32"
+    if engine.space != "full":  # its export is the adapter, not the base it sits on
+        raise ConfigError("an adapter-space engine built around a model object has no base to replay its seed log "
+                          "onto: build it with HFEngine.from_pretrained(model, adapter=...)")
     if engine.module is None:
         raise ConfigError(f"{type(engine).__name__} has no model_name to replay its seed log onto: build it with "
                           f"from_pretrained(model, dtype=...)")

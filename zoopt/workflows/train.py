@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..adapters.record import check_same_space, space_of_header
 from ..callbacks import Callback
 from ..config import ConfigError
 from ..engines.base import Sampling
@@ -106,7 +107,8 @@ class ESRun(RunTrainer):
         if base is None:
             raise ValueError(f"a new run needs the base model its seed log replays onto (run_dir {str(self.run_dir.path)!r})")
         self.run_dir.write_config(self.cfg)
-        extra = {"base_checksum": self.engine.checksum(), **({"objects": self.objects} if self.objects else {})}
+        extra = {"base_checksum": self.engine.checksum(), **self.engine.space_record(),
+                 **({"objects": self.objects} if self.objects else {})}
         return SeedLog.create(path, model=str(base[0]), dtype=str(base[1]), noise=self.es.noise,
                               es_state=self.es.state_dict(), config=self.cfg, rule=self.es.rule, **extra)
 
@@ -133,6 +135,7 @@ class ESRun(RunTrainer):
                               f"the {log.noise.stream!r} stream; resume with that stream (in a config: leave noise.stream unset)")
         if log.rule != self.es.rule:  # the header's rule (none: sgd) is the one its records replay with
             raise ConfigError(f"resume: the run's update rule was {log.rule.to_dict()}, got {self.es.rule.to_dict()}")
+        check_same_space(log.header, self.engine)
         base_checksum = log.header.get("base_checksum")
         if base_checksum is not None and self.engine.checksum() != base_checksum:
             raise ConfigError(f"resume: the engine's weights (checksum {self.engine.checksum()}) are not the ones the "
@@ -315,7 +318,8 @@ def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | N
         if upto > log.steps_done:
             warnings.warn(f"--upto {upto}: the seed log has {log.steps_done} steps; exporting all {log.steps_done}",
                           ZooptWarning, stacklevel=2)
-    engine = ENGINES.get("hf").from_pretrained(log.header["model"], dtype=log.header["dtype"], device=device)
+    engine = ENGINES.get("hf").from_pretrained(log.header["model"], dtype=log.header["dtype"], device=device,
+                                               **space_of_header(log.header))
     try:
         log.replay(engine, upto=upto)
         return engine.export_pretrained(out), engine.checksum()

@@ -1,0 +1,90 @@
+"""A whole population in one batched forward, one adapter per row (adapter space, HF engine).
+
+In adapter space member i is the adapter ``(Aᵢ, Bᵢ) = cast(M + sᵢσ·ε(seedᵢ, name))`` for every
+LoRA tensor — exactly what ``perturb`` would write, tensor by tensor, from the same fp32 master
+and the same noise (any noise kind: the tensors are small, so each member's is materialised).
+:class:`AdapterRows` stacks them, ``(N, r, n)`` for A and ``(N, m, r)`` for B, and while
+:meth:`AdapterRows.rows` is active, forward hooks on each targeted layer's ``lora_A`` and
+``lora_B`` linears replace their output for row k by the row's own member's:
+
+    lora_A:  h_k = x_k · A_{i(k)}ᵀ        lora_B:  y_k = h_k · B_{i(k)}ᵀ
+
+(one ``bmm`` each over the rows), so PEFT's layer adds ``(lora_alpha/r)·y`` as usual and the base
+layer — quantized or not — runs once for the whole batch.  The base is never touched and the
+working adapter stays at the master.  Why not PEFT's own mixed-adapter batches
+(``adapter_names=``): they loop in Python over adapters, O(N) small kernels per layer, and need
+N adapters registered in the model; the hooks need neither.  The result equals member-by-member
+``perturb`` + forward up to floating-point rounding of the batched product
+(``tests/test_adapter_space.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+
+from ..noise import Noise
+from ..types import Population
+from .weights import MasterWeights
+
+
+class AdapterRows:
+    """Every member's adapter tensors for one population (see the module docstring).
+
+    Args:
+        module: the injected HF model (its ``lora_A``/``lora_B`` linears carry the hooks).
+        weights: the engine's :class:`MasterWeights` over the adapter tensors.
+        noise: the population's noise (its include/exclude filter: unselected tensors stay at
+            the master for every member).
+        population: members (seed, sign) at scale σ.
+    """
+
+    def __init__(self, module: torch.nn.Module, weights: MasterWeights, noise: Noise, population: Population) -> None:
+        self.population = population
+        selected = set(weights.selected(noise))
+        scales = torch.tensor([population.scale(i) for i in range(len(population))], dtype=torch.float32)
+        self.tables: dict[str, torch.Tensor] = {}  # param name → (N, *shape) in the working dtype
+        for name, pieces in weights.layout.items():
+            (piece,) = pieces
+            working, master = weights.params[piece.param], weights.master[piece.param]
+            if name in selected:
+                eps = noise.samples([m.seed for m in population.members], name, weights.shapes[name], master.device)
+                # as perturb: (ε·scale) + M in fp32, then one cast to the working dtype
+                table = (eps * scales.to(eps.device).view(-1, *[1] * master.ndim)).add_(master[None]).to(working.dtype)
+            else:
+                table = working.detach()[None].expand(len(population), *working.shape)
+            self.tables[piece.param] = table.to(working.device)
+        owner = {id(p): n for n, p in weights.params.items()}
+        self.hooked: list[tuple[torch.nn.Module, str]] = [
+            (mod, owner[id(mod.weight)]) for mod in module.modules()
+            if isinstance(mod, torch.nn.Linear) and id(mod.weight) in owner]
+
+    @contextlib.contextmanager
+    def rows(self, members: Sequence[int]) -> Iterator[None]:
+        """While inside, row k of every forward runs with member ``members[k]``'s adapter."""
+        n_rows = len(members)
+        some = next(iter(self.tables.values()))
+        idx = torch.as_tensor(list(members), dtype=torch.long, device=some.device)
+        per_row = {n: t.index_select(0, idx).transpose(1, 2) for n, t in self.tables.items()}  # (rows, in, out)
+
+        def hook(name):
+            w = per_row[name]
+
+            def replace(mod, args, out):
+                x = args[0]
+                if x.shape[0] != n_rows:
+                    raise RuntimeError(f"adapter rows: a LoRA layer saw {x.shape[0]} rows, not {n_rows}")
+                return torch.bmm(x.reshape(n_rows, -1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
+            return replace
+
+        handles = [mod.register_forward_hook(hook(name)) for mod, name in self.hooked]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+
+__all__ = ["AdapterRows"]
