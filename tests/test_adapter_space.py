@@ -186,3 +186,22 @@ def test_a_trl_peft_config_becomes_the_adapter_space_and_what_it_cannot_do_is_na
     assert (space.r, space.lora_alpha, space.target_modules, space.scaling) == (4, 8.0, ("q_proj", "v_proj"), 2.0)
     with pytest.raises(ValueError, match="lora_dropout"):
         AdapterSpace.from_lora_config(LoraConfig(r=4, lora_dropout=0.1))
+
+
+def test_grpo_trains_the_same_adapter_and_leaves_an_int8_base_alone(tmp_path):
+    from zoopt.grpo import GRPO
+
+    e = engine(quantization="int8")
+    base, adapter = e.base_checksum(), e.checksum()
+    grpo = GRPO(e, Digits(), Sampling(temperature=1.0, max_new_tokens=6, n=4), prompts_per_step=4, lr=1e-2)
+    assert {id(p) for p in grpo.params} == {id(p) for p in e.weights.params.values()}
+    grpo.step()
+    assert e.base_checksum() == base and e.checksum() != adapter
+    assert e.checksum() == e.master_checksum()  # sync_master took the trained adapter as the master
+
+
+def test_compare_refuses_a_per_method_space():
+    from zoopt.workflows.compare import load_compare_config
+
+    with pytest.raises(ConfigError, match=r"'es\.space': zoopt compare runs full space only"):
+        load_compare_config(overrides=["es.space=adapter"])

@@ -111,7 +111,7 @@ class GRPO:
             sync_weights = sync_weights or default_sync
         self.policy, sync_weights = policy, sync_weights or sync_same_module
         self.separate_policy = policy is not engine.module
-        if any(p.dtype != torch.float32 for p in self.policy.parameters()):
+        if any(p.dtype != torch.float32 for p in self.policy.parameters() if p.requires_grad):  # adapter space: a frozen base may be int8
             raise ValueError("GRPO trains fp32 weights: load the model with dtype=float32 "
                              "(autocast_bf16=true gives bf16 compute)")
         self.prompts_per_step, self.loss_type = hp.prompts_per_step, hp.loss_type

@@ -189,6 +189,16 @@ class EvalConfig(Config):
 
 
 # -- the two runs ---------------------------------------------------------------------------
+def _space():
+    return hp("full", "the weights that train: full (every parameter) | adapter (a LoRA adapter on a frozen base; "
+              "docs/adapters.md)", string(choices=SPACES))
+
+
+def _quantization():
+    return hp("none", "the frozen base's weight-only quantization (space: adapter only): none | int8 | int4 (torchao)",
+              string(choices=QUANTIZATIONS))
+
+
 @dataclass(frozen=True)
 class AdapterConfig(Config):
     """LoRA's knobs in PEFT's names, used with ``space: adapter`` (docs/adapters.md)."""
@@ -238,11 +248,9 @@ class TrainConfig(Config):
                    number(gt=0))
     update: UpdateConfig = section(UpdateConfig, "the update rule over ĝ (sgd, momentum, adam, rmsprop; decay, clipping)")
     noise: NoiseConfig = section(NoiseConfig, "which noise, and which parameters move")
-    space: str = hp("full", "the weights ES moves: full (every parameter) | adapter (a LoRA adapter on a frozen base; "
-                    "docs/adapters.md)", string(choices=SPACES))
+    space: str = _space()
     adapter: AdapterConfig = section(AdapterConfig, "space: adapter only: the LoRA adapter (PEFT's names)")
-    quantization: str = hp("none", "the frozen base's weight-only quantization (space: adapter only): none | int8 | "
-                           "int4 (torchao)", string(choices=QUANTIZATIONS))
+    quantization: str = _quantization()
     population: str = hp("auto", "how a step's members run: auto (one batched call for low_rank noise where the "
                          "engine has one — hf; vllm with engine_args.max_loras — else member by member) | batched | "
                          "sequential (docs/batched-population.md)",
@@ -293,6 +301,10 @@ class GRPOConfig(Config):
     seed: int = _seed()
     steps: int = hp(12, "GRPO steps (generation batches)", integer(ge=0))
     prompts_per_step: int = hp(32, "prompts of one step; each gets a group of sampling.n completions", integer(ge=1))
+    space: str = _space()
+    adapter: AdapterConfig = section(AdapterConfig, "space: adapter only: the LoRA adapter (PEFT's names); "
+                                     "GRPO trains it with AdamW, the base frozen")
+    quantization: str = _quantization()
     sampling: GRPOSamplingConfig = section(GRPOSamplingConfig, "rollouts, same keys and meaning as train's `sampling`")
     loss_type: str = hp("dapo", "grpo | bnpo | dr_grpo | dapo (TRL's default: dapo; docs/grpo.md)",
                         string(choices=LOSS_TYPES))
@@ -330,6 +342,7 @@ class GRPOConfig(Config):
     def check(self) -> None:
         check_engine(self.engine, "grpo")
         check_report_to(self.report_to)
+        check_space(self.space, self.quantization, self.engine)
 
     def trainer_kwargs(self) -> dict:
         """The keyword arguments of :class:`zoopt.grpo.GRPO` (validated values)."""

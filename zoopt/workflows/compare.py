@@ -89,6 +89,10 @@ def check_compare_config(cfg: dict) -> None:
     for key in ("es", "grpo"):
         if not isinstance(cfg[key], dict):
             raise ConfigError(f"config key {key!r} must be a mapping, got {cfg[key]!r}")
+        for space_key in ("space", "adapter", "quantization"):  # one engine serves every phase: not per method
+            if space_key in cfg[key]:
+                raise ConfigError(f"config key '{key}.{space_key}': zoopt compare runs full space only for now "
+                                  f"(adapter space: zoopt train, zoopt grpo)")
     ev = cfg["eval"]
     n, ks = int(ev["n_samples"]), [int(k) for k in ev["ks"]]
     if n and (not ks or min(ks) < 1 or max(ks) > n):
