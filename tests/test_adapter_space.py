@@ -205,3 +205,25 @@ def test_compare_refuses_a_per_method_space():
 
     with pytest.raises(ConfigError, match=r"'es\.space': zoopt compare runs full space only"):
         load_compare_config(overrides=["es.space=adapter"])
+
+
+def test_ray_replicas_hold_the_same_adapter_as_one_engine():
+    from ray_helpers import local_cluster, tiny_ray
+
+    space = AdapterSpace(r=4, init_lora_weights=False)
+    noise = Gaussian()
+    pop = Population(step=0, sigma=0.2, members=tuple(Member(seed=s, sign=1) for s in range(4)))
+    update = Update(seeds=(0, 1, 2, 3), coefficients=(0.05, -0.02, 0.01, 0.03))
+    local = HFEngine.from_pretrained("tiny", dtype="float32", adapter=space)
+    want_pop = [tokens(m) for m in local.generate_population(noise, pop, PROMPTS, GREEDY)]
+    local.apply(noise, update)
+    with local_cluster():
+        ray_engine = tiny_ray(2, adapter=space)
+        try:
+            assert ray_engine.space == "adapter" and ray_engine.space_record() == local.space_record()
+            assert [tokens(m) for m in ray_engine.generate_population(noise, pop, PROMPTS, GREEDY)] == want_pop
+            ray_engine.apply(noise, update)
+            assert ray_engine.checksum() == local.checksum()  # agreed by both replicas, else it raises
+            assert tokens(ray_engine.generate(PROMPTS, GREEDY)) == tokens(local.generate(PROMPTS, GREEDY))
+        finally:
+            ray_engine.close()

@@ -23,6 +23,16 @@ holds the fp32 master in both) and the step / generate ratios (targets: time ≤
 and Rademacher noise drawn on the device equal the CPU's bit for bit, and so do the N members'
 low-rank factor tables and an update's factors of every matrix.
 
+Then the **adapter-space case** (issue 42): ES over a LoRA adapter (r = 8, every linear layer) on
+a frozen, weight-only quantized base — on CUDA a randomly initialised Qwen2.5-7B shape (hidden
+3584, 28 layers, 28 heads, 4 KV heads, MLP 18944, vocab 152064, untied; 7.6 B parameters) built
+in bfloat16 on the device and quantized to ``--adapter-quant`` (default int4: torchao's packed
+tinygemm layout), N = 16 × 16 prompts × 64 tokens; one pure ``generate`` of the same rows against
+one ES step (Gaussian noise over the adapter, the population in one call with one adapter per
+row, ``zoopt.engines.adapter_rows``), time and peak device memory, and the bytes the base and
+the adapter hold.  It needs ``peft`` and ``torchao`` on the machine; without them the case is
+reported as not run, with the reason.
+
 Prints one Markdown table (and ``--json PATH`` writes the numbers).  ``--device cpu`` (the
 default without CUDA) runs the same code on a small Qwen2 shape (N = 4 × 4 prompts × 8 tokens,
 no memory column) and the stream check compares the CPU draw with itself through a second
@@ -43,6 +53,8 @@ QWEN05 = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num
               num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True)
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=512, max_position_embeddings=256, tie_word_embeddings=True)
+QWEN7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+              num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
 SIGMA, LR = 5e-3, 2.5e-3
 
 
@@ -50,8 +62,10 @@ def prompts(n: int) -> list[str]:
     return [f"What is {10 + 7 * i % 83} + {20 + 13 * i % 71}?" for i in range(n)]
 
 
-def build(shape: dict, device: str, dtype: str, rows: int):
-    """A random Qwen2 model of ``shape`` on ``device`` in an :class:`HFEngine` whose batch is all ``rows``."""
+def build(shape: dict, device: str, dtype: str, rows: int, quantization: str | None = None, adapter=None):
+    """A random Qwen2 model of ``shape`` on ``device`` in an :class:`HFEngine` whose batch is all
+    ``rows``; with ``quantization``/``adapter``: built directly in ``dtype`` (no fp32 copy at the
+    7B shape), quantized, and trained in adapter space."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -61,12 +75,23 @@ def build(shape: dict, device: str, dtype: str, rows: int):
     tok = tiny_tokenizer()
     config = Qwen2Config(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                          pad_token_id=tok.pad_token_id)
+    default = torch.get_default_dtype()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        with torch.device(device):
-            model = Qwen2ForCausalLM(config)
+        try:
+            if adapter is not None:
+                torch.set_default_dtype(getattr(torch, dtype))
+            with torch.device(device):
+                model = Qwen2ForCausalLM(config)
+        finally:
+            torch.set_default_dtype(default)
     model = model.to(getattr(torch, dtype)).eval()
-    return HFEngine(model, tok, batch_size=rows)
+    if adapter is None:
+        return HFEngine(model, tok, batch_size=rows)
+    from zoopt.adapters.quantize import quantize_base
+
+    quantize_base(model, quantization or "none")
+    return HFEngine(model, tok, batch_size=rows, adapter=adapter)
 
 
 def sync(device: str) -> None:
@@ -186,7 +211,58 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     result.update(stream_check(engine, args.device, args.members))
     result["stream_check_s"] = round(time.perf_counter() - t0, 1)
+    del engine
+    result["adapter"] = adapter_case(args)
     return result
+
+
+def adapter_case(args) -> dict:
+    """ES over a LoRA adapter on a quantized base (module docstring): generate vs one ES step."""
+    try:
+        import peft  # noqa: F401
+        import torchao  # noqa: F401
+    except ImportError as exc:
+        return {"skipped": f"{exc.name} is not installed here"}
+    import gc
+
+    import torch
+
+    from zoopt.adapters import AdapterSpace
+    from zoopt.adapters.attach import stored_bytes
+    from zoopt.engines.base import Sampling
+    from zoopt.es import ES
+    from zoopt.noise import Gaussian
+
+    big = args.device.startswith("cuda")
+    members, n_prompts, tokens = (16, 16, 64) if big else (args.members, args.prompts, args.tokens)
+    gc.collect()
+    if big:
+        torch.cuda.empty_cache()
+    t0 = time.perf_counter()
+    engine = build(QWEN7B if big else SMALL, args.device, "bfloat16" if big else args.dtype, members * n_prompts,
+                   quantization=args.adapter_quant, adapter=AdapterSpace(r=8))
+    ps = prompts(n_prompts)
+    sampling = Sampling(temperature=0.0, max_new_tokens=tokens, logprobs=True)
+    flat = [p for _ in range(members) for p in ps]
+
+    def generate() -> dict:
+        t = time.perf_counter()
+        engine.generate(flat, sampling)
+        sync(args.device)
+        return {"step_s": time.perf_counter() - t}
+
+    base_params = sum(p.numel() for n, p in engine.module.named_parameters() if "lora_" not in n)
+    out = {"shape": "qwen2.5-7b" if big else "small", "quantization": args.adapter_quant, "r": 8,
+           "members": members, "prompts": n_prompts, "tokens": tokens, "build_s": round(time.perf_counter() - t0, 1),
+           "base_parameters": base_params, "adapter_parameters": engine.num_parameters(),
+           "base_bytes": stored_bytes(engine.module), "adapter_bytes": stored_bytes(engine.module, adapter=True)}
+    out["generate"] = measured(generate, args.device, args.reps)
+    es = ES("one_point", noise=Gaussian(), lr=LR, sigma=SIGMA, population_size=members, seed=0)
+    base = engine.base_checksum() if not big else None  # a pass over 7 B weights is not worth its time on CUDA
+    out["es"] = measured(lambda: es_step(engine, es, ps, sampling, args.device), args.device, args.reps)
+    if base is not None:
+        out["base_untouched"] = engine.base_checksum() == base
+    return out
 
 
 def table(r: dict) -> str:
@@ -211,6 +287,17 @@ def table(r: dict) -> str:
                      f"{mib(es['peak_mib'])} | {ratio(es['peak_mib'], gen['peak_mib'])} |")
         for part in ("population", "rewards", "update"):
             lines.append(f"| – {part} | {es[part + '_s']:.3f} | {es[part + '_s'] / gen['step_s']:.2f} | | |")
+    a = r.get("adapter", {})
+    if "skipped" in a:
+        lines.append(f"| adapter space | not run: {a['skipped']} | | | |")
+    elif a:
+        g, e = a["generate"], a["es"]
+        lines.append(f"| adapter space ({a['shape']}, {a['quantization']} base, r={a['r']}, N={a['members']} × "
+                     f"{a['prompts']} × {a['tokens']}): generate | {g['step_s']:.3f} | 1.00 | {mib(g['peak_mib'])} | 1.00 |")
+        lines.append(f"| adapter space: ES step | {e['step_s']:.3f} | {e['step_s'] / g['step_s']:.2f} | "
+                     f"{mib(e['peak_mib'])} | {ratio(e['peak_mib'], g['peak_mib'])} |")
+        lines.append(f"| adapter space: bytes held | base {a['base_bytes'] / a['base_parameters']:.2f} B/param "
+                     f"({a['base_parameters']:,}), adapter {a['adapter_parameters']:,} params | | | |")
     against = "CUDA vs CPU" if str(r["device"]).startswith("cuda") else "CPU vs CPU (1 thread, other chunks)"
     lines.append(f"| stream bits, {against} | {'equal' if r['stream_equal'] else 'DIFFERENT'} on {r['stream_tensors']} "
                  f"tensors ({r['stream_elements']:,} elements; Gaussian, Rademacher, N={r['members']} low-rank "
@@ -233,6 +320,8 @@ def main(argv=None) -> dict:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the numpy-stream ES step")
     p.add_argument("--json", default=None, help="also write the numbers here")
+    p.add_argument("--adapter-quant", default=None, choices=("none", "int8", "int4"),
+                   help="the adapter case's base: default int4 on cuda, int8 on cpu")
     args = p.parse_args(argv)
     big = args.device.startswith("cuda")
     args.shape = args.shape or ("qwen2.5-0.5b" if big else "small")
@@ -240,6 +329,7 @@ def main(argv=None) -> dict:
     args.members = args.members or (32 if big else 4)
     args.prompts = args.prompts or (32 if big else 4)
     args.tokens = args.tokens or (128 if big else 8)
+    args.adapter_quant = args.adapter_quant or ("int4" if big else "int8")
     result = run(args)
     print(table(result), flush=True)
     if args.json:

@@ -17,3 +17,9 @@ def test_the_small_cpu_version_runs_and_its_stream_check_passes(capsys, tmp_path
         assert result[case]["step_s"] > 0 and result[case]["peak_mib"] is None
     assert all(result["es_counter"][k] > 0 for k in ("population_s", "update_s"))
     assert (tmp_path / "r.json").read_text().startswith("{")
+    adapter = result["adapter"]  # issue 42: adapter space on an int8 base, the population in one call
+    assert adapter["quantization"] == "int8" and adapter["base_untouched"] is True
+    assert adapter["es"]["step_s"] > 0 and adapter["generate"]["step_s"] > 0
+    assert adapter["base_bytes"] < 2 * adapter["base_parameters"]  # int8 linears: below fp32's 4 and bf16's 2 bytes
+    assert "| adapter space: ES step |" in out
+

@@ -19,6 +19,7 @@ The class is plain Python: :class:`~zoopt.engines.ray.RayEngine` wraps it with
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -176,6 +177,13 @@ class Replica:
         if refused is not None:
             return refused
         return {n: t.detach().to("cpu", copy=True) for n, t in self.engine.state_dict().items()}
+
+    def space_record(self, version: int, expected: str | None) -> Any:
+        """The inner engine's space record as canonical JSON (comparable across replicas)."""
+        refused = self._check(version, expected)
+        if refused is not None:
+            return refused
+        return json.dumps(self.engine.space_record(), sort_keys=True)
 
     def num_parameters(self, noise: Noise | None) -> int:
         return self.engine.num_parameters(noise)

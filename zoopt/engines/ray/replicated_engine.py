@@ -40,6 +40,8 @@ the cluster: :mod:`zoopt.engines.ray.cluster`.  Options and the multi-node set-u
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from pathlib import Path
@@ -79,7 +81,7 @@ class RayEngine(Engine):
                  address: str | None = None, threads: int | None = None, verify: str = "apply",
                  object_store_memory: int | None = None, inner_args: dict | None = None,
                  system_prompt: str | None = None, noise_cache_bytes: int = 0, population: str = "auto",
-                 start_timeout_s: float = 600.0) -> None:
+                 start_timeout_s: float = 600.0, adapter=None, quantization: str = "none") -> None:
         super().__init__()
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"engine_args.replicas must be an integer ≥ 1, got {replicas!r}")
@@ -92,6 +94,7 @@ class RayEngine(Engine):
         if inner == "ray":
             raise ValueError("engine_args.inner: a replica cannot itself be a ray engine")
         self.inner, self.verify = str(inner), verify
+        self.space = "full" if adapter is None else "adapter"  # every replica holds the same space (its inner engine's)
         self.ray_stats = RayStats()
         self.pool: ReplicaPool | None = None
         self._timeouts = (int(max_restarts), None if call_timeout_s is None else float(call_timeout_s),
@@ -104,7 +107,8 @@ class RayEngine(Engine):
         try:
             self._start(model, dtype, device, batch_size, replicas, num_cpus, num_gpus, placement, threads,
                         {**(inner_args or {}), "noise_cache_bytes": int(noise_cache_bytes) // replicas,
-                         "population": population})
+                         "population": population,
+                         **({"adapter": adapter, "quantization": quantization} if adapter is not None else {})})
             if system_prompt is not None:
                 self.system_prompt = system_prompt
         except BaseException:
@@ -310,6 +314,16 @@ class RayEngine(Engine):
 
     def master_checksum(self) -> str:
         return self.pool.agreed("checksum", True)
+
+    def space_record(self) -> dict:
+        """The inner engines' :meth:`~zoopt.engines.base.WeightsEngine.space_record`, the same on
+        every replica (else a ``RuntimeError``): in adapter space each replica holds the adapter
+        on its own frozen base, and their base digests must agree."""
+        return json.loads(self.pool.agreed("space_record"))
+
+    def base_checksum(self) -> str:
+        record = self.space_record()
+        return record["base_weights"] if "base_weights" in record else self.checksum()
 
     def state_dict(self):
         return self.pool.versioned_one("state_dict")
