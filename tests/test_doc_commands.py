@@ -150,6 +150,10 @@ LINES: dict[str, Case] = {
     "zoopt sweep default --workers 2": Case(),
     "zoopt train --engine vllm": Case(expect=NO_VLLM),
     "zoopt grpo --engine vllm": Case(expect=NO_VLLM),
+    # docs/adapters.md
+    "zoopt train --set space=adapter": Case(),
+    "zoopt train --set space=adapter --set quantization=int8 --set adapter.r=16": Case(),
+    "zoopt grpo --set space=adapter": Case(),
     # docs/batched-population.md
     "zoopt train --set noise.kind=low_rank --set noise.rank=1": Case(),
     "zoopt train --set noise.kind=low_rank --set population=sequential": Case(),
