@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # defaults must stay these values, with these types and this key order.  Keys added since:
 # `population` (the batched low-rank path, docs/batched-population.md); `reward_errors` (zoopt.rewards.scoring);
 # `report_to`, `log_every`, `checkpoint_every` (experiment trackers and TRL's logging_steps/save_steps);
-# `update` (the update rule over ĝ, zoopt.updates: its default sgd is the rule before it existed).
+# `update` (the update rule over ĝ, zoopt.updates: its default sgd is the rule before it existed);
+# `space`, `adapter`, `quantization` (adapter space, docs/adapters.md: its default full is the space before it existed).
 OLD_TRAIN = """
 model: smollm2-135m
 dtype: bfloat16
@@ -51,6 +52,14 @@ noise:
   include: ["*"]
   exclude: []
   correlated: false
+space: full
+adapter:
+  r: 8
+  lora_alpha: 16.0
+  target_modules: all-linear
+  init_lora_weights: true
+  init_seed: 0
+quantization: none
 population: auto
 sampling:
   temperature: 0.0
@@ -85,6 +94,14 @@ objective_args: {}
 seed: 0
 steps: 12
 prompts_per_step: 32
+space: full
+adapter:
+  r: 8
+  lora_alpha: 16.0
+  target_modules: all-linear
+  init_lora_weights: true
+  init_seed: 0
+quantization: none
 sampling:
   temperature: 1.0
   top_p: 1.0
