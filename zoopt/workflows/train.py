@@ -306,8 +306,10 @@ def train(cfg: dict, resume: str | Path | None = None, console=None, show_progre
 
 
 def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | None = None,
-                        device: str = "cpu") -> tuple[Path, str]:
-    """Rebuild a run's weights from its seed log alone and write them as an HF directory.
+                        device: str = "cpu", merge: bool = False) -> tuple[Path, str]:
+    """Rebuild a run's weights from its seed log alone and write them as an HF directory (an
+    adapter-space run: its PEFT adapter directory, or with ``merge`` the merged model,
+    :meth:`~zoopt.engines.hf.HFEngine.export_merged`).  The checksum is the weights' (the adapter's).
 
     ``upto``: replay only the first ``upto`` steps (≥ 0); more than the log holds replays all of
     them, with a :class:`~zoopt.objective.ZooptWarning` saying how many that is."""
@@ -322,6 +324,8 @@ def export_from_seedlog(seedlog_path: str | Path, out: str | Path, upto: int | N
                                                **space_of_header(log.header))
     try:
         log.replay(engine, upto=upto)
-        return engine.export_pretrained(out), engine.checksum()
+        if merge and engine.space != "adapter":
+            raise ValueError("--merge: the run trained every weight (space: full); its export is already a full model")
+        return (engine.export_merged(out) if merge else engine.export_pretrained(out)), engine.checksum()
     finally:
         engine.close()
