@@ -156,21 +156,64 @@ def test_resume_is_bit_for_bit_and_the_seed_log_exports_the_same_adapter(tmp_pat
     _, exported = export_from_seedlog(tmp_path / "cut" / "seedlog.json", tmp_path / "out")
     assert exported == whole
     assert (tmp_path / "out" / "adapter_config.json").is_file()
-    with pytest.raises(ConfigError, match="'adapter'"):
-        run(tmp_path, "cut", 1, extra=["adapter.init_seed=3"])
-    with pytest.raises(ConfigError, match="'space'"):
-        run(tmp_path, "cut", 1, extra=["space=full"])
+    merged, _ = export_from_seedlog(tmp_path / "cut" / "seedlog.json", tmp_path / "merged", merge=True)
+    want = tokens(HFEngine(*load_model(str(tmp_path / "out"))).generate(PROMPTS, GREEDY))
+    assert tokens(HFEngine(*load_model(str(merged))).generate(PROMPTS, GREEDY)) == want
+    for extra, key in ((["adapter.init_seed=3"], "'adapter'"), (["space=full"], "'space'"),
+                       (["quantization=int8"], "'quantization'")):
+        with pytest.raises(ConfigError, match=key) as err:
+            run(tmp_path, "cut", 1, extra=extra)
+        assert "\n" not in str(err.value)
+    assert run(tmp_path, "cut", 0) == whole  # nothing was written by the refused resumes
+
+
+def test_a_quantization_this_machine_cannot_run_is_one_line(monkeypatch):
+    import torchao.quantization
+
+    def refuse(model, config):
+        raise NotImplementedError("no kernel for this layout\nsecond line")
+
+    monkeypatch.setattr(torchao.quantization, "quantize_", refuse)
+    with pytest.raises(ValueError, match=r"^quantization: int4 cannot run on cpu here \(no kernel for this layout\)$"):
+        engine(quantization="int4")
+
+
+def test_es_trainer_takes_a_peft_config(tmp_path):
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from zoopt.trl import ESConfig, ESTrainer
+
+    data = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "5+1="]})
+    args = ESConfig(output_dir=str(tmp_path / "es"), max_steps=1, per_device_train_batch_size=2,
+                    population_size=2, max_completion_length=4, report_to="none")
+    trainer = ESTrainer("tiny", lambda completions, **kw: [float(len(c)) for c in completions], args=args,
+                        train_dataset=data, peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    assert trainer.engine.space == "adapter" and trainer.engine.num_parameters() == 2 * 2 * (64 + 64)
+    trainer.train()
+    assert (tmp_path / "es" / "model" / "adapter_config.json").is_file()
 
 
 @pytest.mark.parametrize("override, key", [
     ("adapter.r=0", "adapter.r"), ("quantization=int8", "quantization"),
     ("adapter.init_lora_weights=maybe", "adapter.init_lora_weights"), ("space=lora", "space"),
-    ("engine=vllm", "space")])
+    ("engine=vllm quantization=int8", "quantization"), ("engine=vllm", "space")])
 def test_bad_adapter_config_is_one_line_naming_the_key(override, key):
+    """``engine=vllm`` alone is refused for ``zoopt grpo`` (GRPO in adapter space trains the adapter
+    in this process: hf only); vLLM takes adapter space for ES on a base it loads itself, so
+    torchao's int8/int4 are the hf engine's."""
+    *before, override = override.split()
+    base = "grpo" if override == "engine=vllm" else "train"
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
-        extra = ["space=full"] if override == "quantization=int8" else []
-        load_config(overrides=[*TINY, *extra, override])
+        extra = ["space=full"] if override == "quantization=int8" and not before else []
+        load_config(overrides=[*(TINY if base == "train" else ["model=tiny", "space=adapter"]), *extra, *before,
+                               override], base=base)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm", "ray"])
+def test_adapter_space_trains_on_every_llm_engine(engine):
+    assert load_config(overrides=[*TINY, f"engine={engine}"])["space"] == "adapter"
 
 
 def test_a_missing_target_module_names_the_key():

@@ -30,6 +30,30 @@ from ..types import Population
 from .weights import MasterWeights
 
 
+def member_tables(weights: MasterWeights, noise: Noise, population: Population) -> dict[str, torch.Tensor]:
+    """Every member's adapter tensors: logical name → ``(N, *shape)`` in the working dtype, on the
+    working tensor's device, row i = ``cast(M + sᵢσ·ε(seedᵢ, name))`` — what ``perturb`` writes,
+    from the same fp32 master and noise, in the same fp32 operations ((ε·scale) + M, one cast).
+    Names the noise does not select are the working tensor itself for every member (a view).
+    One definition for both engines: the HF engine's row hooks (:class:`AdapterRows`) and the
+    vLLM engine's one-adapter-per-member call (:mod:`zoopt.engines.vllm.adapter_space`).
+    Needs one whole piece per name (adapter space: the tensors live in one process)."""
+    selected = set(weights.selected(noise))
+    scales = torch.tensor([population.scale(i) for i in range(len(population))], dtype=torch.float32)
+    tables: dict[str, torch.Tensor] = {}
+    for name, pieces in weights.layout.items():
+        (piece,) = pieces
+        working, master = weights.params[piece.param], weights.master[piece.param]
+        if name in selected:
+            eps = noise.samples([m.seed for m in population.members], name, weights.shapes[name], master.device)
+            # as perturb: (ε·scale) + M in fp32, then one cast to the working dtype
+            table = (eps * scales.to(eps.device).view(-1, *[1] * master.ndim)).add_(master[None]).to(working.dtype)
+        else:
+            table = working.detach()[None].expand(len(population), *working.shape)
+        tables[name] = table.to(working.device)
+    return tables
+
+
 class AdapterRows:
     """Every member's adapter tensors for one population (see the module docstring).
 
@@ -43,19 +67,9 @@ class AdapterRows:
 
     def __init__(self, module: torch.nn.Module, weights: MasterWeights, noise: Noise, population: Population) -> None:
         self.population = population
-        selected = set(weights.selected(noise))
-        scales = torch.tensor([population.scale(i) for i in range(len(population))], dtype=torch.float32)
-        self.tables: dict[str, torch.Tensor] = {}  # param name → (N, *shape) in the working dtype
-        for name, pieces in weights.layout.items():
-            (piece,) = pieces
-            working, master = weights.params[piece.param], weights.master[piece.param]
-            if name in selected:
-                eps = noise.samples([m.seed for m in population.members], name, weights.shapes[name], master.device)
-                # as perturb: (ε·scale) + M in fp32, then one cast to the working dtype
-                table = (eps * scales.to(eps.device).view(-1, *[1] * master.ndim)).add_(master[None]).to(working.dtype)
-            else:
-                table = working.detach()[None].expand(len(population), *working.shape)
-            self.tables[piece.param] = table.to(working.device)
+        # param name → (N, *shape) in the working dtype
+        self.tables: dict[str, torch.Tensor] = {weights.layout[name][0].param: table
+                                                for name, table in member_tables(weights, noise, population).items()}
         owner = {id(p): n for n, p in weights.params.items()}
         self.hooked: list[tuple[torch.nn.Module, str]] = [
             (mod, owner[id(mod.weight)]) for mod in module.modules()
@@ -87,4 +101,4 @@ class AdapterRows:
                 h.remove()
 
 
-__all__ = ["AdapterRows"]
+__all__ = ["AdapterRows", "member_tables"]

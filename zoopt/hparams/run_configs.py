@@ -102,12 +102,22 @@ def check_engine(engine: str, command: str) -> None:
         raise ConfigError(f"config key 'engine': {reason}")
 
 
-def check_space(space: str, quantization: str, engine: str) -> None:
-    """A quantized base needs adapter space; adapter space runs on the hf engine (for now)."""
+#: The engines each command runs adapter space on (GRPO trains the adapter in this process: hf only).
+ADAPTER_ENGINES = {"train": ("hf", "vllm", "ray"), "grpo": ("hf",)}
+
+
+def check_space(space: str, quantization: str, engine: str, command: str = "train") -> None:
+    """A quantized base needs adapter space; adapter space runs on :data:`ADAPTER_ENGINES`
+    (``zoopt train``: hf, vllm, and ray replicas of hf; ``zoopt grpo``: hf)."""
     if quantization != "none" and space != "adapter":
         raise ConfigError(f"config key 'quantization': {quantization} freezes the base, so it needs space: adapter")
-    if space == "adapter" and engine != "hf":
-        raise ConfigError(f"config key 'space': adapter runs on the hf engine, not yet on {engine!r}")
+    engines = ADAPTER_ENGINES.get(command, ADAPTER_ENGINES["train"])
+    if space == "adapter" and engine not in engines:
+        raise ConfigError(f"config key 'space': adapter in zoopt {command} runs on the {', '.join(engines)} "
+                          f"engine{'s' if len(engines) > 1 else ''}, not yet on {engine!r}")
+    if quantization != "none" and engine == "vllm":
+        raise ConfigError(f"config key 'quantization': {quantization} is torchao's, for the hf engine; on vllm a "
+                          f"quantized base is a checkpoint vLLM loads quantized (AWQ, GPTQ, bitsandbytes), given as model")
 
 
 # -- sections -------------------------------------------------------------------------------
@@ -342,7 +352,7 @@ class GRPOConfig(Config):
     def check(self) -> None:
         check_engine(self.engine, "grpo")
         check_report_to(self.report_to)
-        check_space(self.space, self.quantization, self.engine)
+        check_space(self.space, self.quantization, self.engine, "grpo")
 
     def trainer_kwargs(self) -> dict:
         """The keyword arguments of :class:`zoopt.grpo.GRPO` (validated values)."""

@@ -31,6 +31,9 @@ Contract (that of :class:`~zoopt.engines.base.Engine`, as ``HFEngine``):
   ``LowRank`` noise on linear layers, with LoRA slots (``max_loras``), every member is a LoRA
   adapter and all prompts × members go through one ``generate`` call
   (:mod:`zoopt.engines.vllm.lora`, docs/vllm.md).
+- Adapter space (``from_pretrained(..., adapter=AdapterSpace(...))``): the weights are one LoRA
+  adapter held in this process, the base vLLM loaded is never written
+  (:mod:`zoopt.engines.vllm.adapter_space`).
 
 ``batch_size`` maps to vLLM's ``max_num_seqs`` (the most sequences decoded at once).
 """
@@ -48,7 +51,8 @@ from ...runs.atomic import atomic_directory
 from ...types import Population
 from ..base import Completion, Engine, Prompt, Sampling, check_population_mode, chosen_path
 from ..prompts import check_system_prompt, encode_prompt, ensure_pad_token, stop_token_ids
-from .environment import check_cpu_head_dim, configure_environment, resolve_model_dir
+from .adapter_space import AdapterSpaceMixin, adapter_lora_rank
+from .environment import check_cpu_head_dim, check_vllm_quantization, configure_environment, resolve_model_dir
 from .lora import LoRAPopulation, check_lora_slots, lora_selection, ram_scratch_dir, round_lora_rank
 from .remote_weights import RemoteWeights
 from .sampling import completions, sampling_params
@@ -88,9 +92,15 @@ class VLLMEngine(RemoteWeights, Engine):
         except OSError:
             gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(self.model_dir)))
         self.stop_ids = stop_token_ids(tokenizer, gen)
+        self._setup_weights(llm, master_device=master_device, noise_cache_bytes=noise_cache_bytes,
+                            prefix_caching=prefix_caching)
+
+    def _setup_weights(self, llm, *, master_device: str | None, noise_cache_bytes: int, prefix_caching: bool) -> None:
+        """The weights half: the workers' fp32 masters (:class:`RemoteWeights`); adapter space
+        overrides it (:class:`VLLMAdapterEngine`)."""
         RemoteWeights.__init__(self, llm, master_device=master_device, noise_cache_bytes=noise_cache_bytes,
                                prefix_caching=prefix_caching)
-        self.lora_covered = [] if max_loras is None else [n for n in self.shapes if n not in self.lora_uncovered]
+        self.lora_covered = [] if self.max_loras is None else [n for n in self.shapes if n not in self.lora_uncovered]
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, dtype="float32", device: str = "cpu", batch_size: int = 64, *,
@@ -98,14 +108,19 @@ class VLLMEngine(RemoteWeights, Engine):
                         tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
                         enable_prefix_caching: bool = False, master_device: str | None = None,
                         system_prompt: str | None = None, noise_cache_bytes: int = 0, seed: int = 0,
-                        population: str = "auto", max_loras: int | None = None, max_lora_rank: int = 1,
-                        **llm_kwargs) -> "VLLMEngine":
+                        population: str = "auto", max_loras: int | None = None, max_lora_rank: int | None = None,
+                        adapter=None, quantization: str = "none", **llm_kwargs) -> "VLLMEngine":
         """Start vLLM on ``name_or_path`` (see :func:`resolve_model_dir`) and wrap it.
 
         ``noise_cache_bytes`` as ``HFEngine``'s (each worker keeps up to that many bytes of the
         members' noise for the update).  ``max_loras`` (None: LoRA off) turns vLLM's LoRA on with
         that many adapter slots, the largest population the batched path runs in one call;
-        ``max_lora_rank`` (≥ the noise's rank) is rounded up to a rank vLLM takes (1, 8, 16, …).
+        ``max_lora_rank`` (default 1, ≥ the noise's rank) is rounded up to a rank vLLM takes (1, 8, 16, …).
+        ``adapter`` (an :class:`~zoopt.adapters.AdapterSpace`): adapter space, a
+        :class:`VLLMAdapterEngine` is returned (LoRA always on).
+        ``quantization``: ``none``; torchao's ``int8``/``int4`` are the HF engine's and refused
+        here (a quantized base on vLLM is a checkpoint vLLM loads quantized); any other value is
+        vLLM's own ``quantization`` argument, passed on.
         ``llm_kwargs`` go to ``vllm.LLM`` unchanged.  Takes ~20 s on CPU (process start-up).
         """
         from transformers import AutoTokenizer
@@ -117,15 +132,27 @@ class VLLMEngine(RemoteWeights, Engine):
         kind = torch.device(device).type
         if kind != current_platform.device_type:
             raise ValueError(f"device {device!r}: this vLLM build runs on {current_platform.device_type!r}")
+        if check_vllm_quantization(quantization) != "none":
+            llm_kwargs["quantization"] = quantization
         check_lora_slots(population, max_loras)
-        if max_loras is not None:
+        engine_cls, extra = cls, {}
+        if adapter is not None:  # adapter space: LoRA is always on, the adapter's rank sets the slots'
             from vllm.config.lora import MaxLoRARanks
 
-            max_lora_rank = round_lora_rank(max_lora_rank, typing.get_args(MaxLoRARanks))
+            engine_cls = VLLMAdapterEngine
+            max_lora_rank = adapter_lora_rank(adapter, max_lora_rank, typing.get_args(MaxLoRARanks))
+            llm_kwargs.update(enable_lora=True, max_loras=int(max_loras or 1), max_lora_rank=max_lora_rank)
+        elif max_loras is not None:
+            from vllm.config.lora import MaxLoRARanks
+
+            max_lora_rank = round_lora_rank(1 if max_lora_rank is None else max_lora_rank,
+                                            typing.get_args(MaxLoRARanks))
             llm_kwargs.update(enable_lora=True, max_loras=int(max_loras), max_lora_rank=max_lora_rank)
         path = resolve_model_dir(name_or_path)
         if kind == "cpu":
             check_cpu_head_dim(path)
+        if adapter is not None:  # one CPU load of the base in this process: the adapter's start
+            extra = engine_cls.start_adapter(name_or_path, dtype, adapter)
         configure_environment(device, tensor_parallel_size)
         llm = LLM(
             model=str(path), dtype=VLLM_DTYPES[resolve_dtype(dtype)], seed=seed,
@@ -138,9 +165,10 @@ class VLLMEngine(RemoteWeights, Engine):
         )
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         tokenizer.padding_side = "left"
-        return cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
-                   prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
-                   population=population, max_loras=max_loras, max_lora_rank=max_lora_rank if max_loras else None)
+        return engine_cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
+                          prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
+                          population=population, max_loras=max_loras,
+                          max_lora_rank=max_lora_rank if max_loras or adapter else None, **extra)
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -232,4 +260,9 @@ class VLLMEngine(RemoteWeights, Engine):
         return completions(outputs, sampling, self.stop_ids, self.tokenizer)
 
 
-__all__ = ["VLLMEngine", "WORKER_EXTENSION"]
+class VLLMAdapterEngine(AdapterSpaceMixin, VLLMEngine):
+    """:class:`VLLMEngine` in adapter space: ES over one LoRA adapter held in the driver, the base
+    vLLM loaded frozen (:mod:`zoopt.engines.vllm.adapter_space`, where its methods live)."""
+
+
+__all__ = ["VLLMAdapterEngine", "VLLMEngine", "WORKER_EXTENSION"]

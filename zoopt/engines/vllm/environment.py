@@ -89,4 +89,15 @@ def check_cpu_head_dim(model_dir: str | Path) -> None:
                          f"(supported: {supported})")
 
 
-__all__ = ["resolve_model_dir", "configure_environment", "check_cpu_head_dim"]
+def check_vllm_quantization(kind: str) -> str:
+    """``kind`` unless it is torchao's ``int8``/``int4`` (the HF engine's): on vLLM a quantized
+    base is a checkpoint vLLM loads quantized (AWQ, GPTQ, bitsandbytes), given as the model — a
+    one-line ``ValueError`` says so.  ``none`` and vLLM's own method names pass."""
+    if kind in ("int8", "int4"):
+        raise ValueError(f"quantization: {kind} is torchao's, for the hf engine; on the vllm engine a quantized base "
+                         f"is a checkpoint vLLM loads quantized (AWQ, GPTQ, bitsandbytes): give it as model and "
+                         f"leave quantization: none")
+    return kind
+
+
+__all__ = ["resolve_model_dir", "configure_environment", "check_cpu_head_dim", "check_vllm_quantization"]

@@ -114,17 +114,18 @@ def adapter_tensors(noise: LowRank, population: Population, names: Sequence[str]
     return tensors
 
 
-def write_adapter(directory: Path, tensors: Mapping[str, torch.Tensor], rank: int) -> Path:
-    """A PEFT LoRA directory with ``lora_alpha = r`` (vLLM's scaling alpha/r = 1: the tensors
-    carry the whole perturbation)."""
+def write_adapter(directory: Path, tensors: Mapping[str, torch.Tensor], rank: int,
+                  alpha: float | None = None) -> Path:
+    """A PEFT LoRA directory; ``lora_alpha`` defaults to ``r`` (vLLM's scaling alpha/r = 1: the
+    tensors carry the whole perturbation).  Adapter space passes its own ``lora_alpha``."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True)
     modules = sorted({k.rsplit(".", 2)[0].rsplit(".", 1)[-1] for k in tensors})  # q_proj, …
-    config = {"peft_type": "LORA", "r": int(rank), "lora_alpha": int(rank), "target_modules": modules,
-              "bias": "none", "use_rslora": False, "use_dora": False}
+    config = {"peft_type": "LORA", "r": int(rank), "lora_alpha": int(rank) if alpha is None else alpha,
+              "target_modules": modules, "bias": "none", "use_rslora": False, "use_dora": False}
     (directory / "adapter_config.json").write_text(json.dumps(config))
-    save_file(dict(tensors), str(directory / "adapter_model.safetensors"))
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(directory / "adapter_model.safetensors"))
     return directory
 
 
@@ -134,30 +135,35 @@ def ram_scratch_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
-class LoRAPopulation:
-    """A context manager that holds one population as vLLM adapters for one call.
+class LoRAAdapters:
+    """A context manager that holds adapters in vLLM for as long as it is open.
 
-    On entry the N adapters are written (:func:`write_adapter`) under a fresh directory in
-    ``scratch`` and registered with ``llm.llm_engine.add_lora`` under ids ``first_id …
-    first_id + N − 1``; :attr:`requests` holds member i's ``LoRARequest``.  On exit — also when
-    the call raised — every adapter is removed from vLLM and the directory is deleted.
+    On entry each adapter of ``adapters`` (a mapping of PEFT tensor names to tensors) is written
+    (:func:`write_adapter`, rank ``rank``, ``lora_alpha`` ``alpha``) under a fresh directory in
+    ``scratch`` and registered with ``llm.llm_engine.add_lora`` under ids ``first_id, first_id
+    + 1, …``; :attr:`requests` holds adapter i's ``LoRARequest``.  On exit — also when the call
+    raised — every adapter is removed from vLLM and the directory is deleted.
     """
 
-    def __init__(self, llm, noise: LowRank, population: Population, names: Sequence[str],
-                 shapes: Mapping[str, tuple[int, ...]], first_id: int, scratch: str | None = None) -> None:
-        self.llm, self.noise, self.population = llm, noise, population
-        self.names, self.shapes, self.first_id, self.scratch = list(names), shapes, int(first_id), scratch
+    def __init__(self, llm, adapters: Iterable[Mapping[str, torch.Tensor]] | None, rank: int, first_id: int,
+                 scratch: str | None = None, alpha: float | None = None) -> None:
+        self.llm, self.adapters, self.rank, self.alpha = llm, adapters, int(rank), alpha
+        self.first_id, self.scratch = int(first_id), scratch
         self.requests: list = []
         self.directory: Path | None = None
 
-    def __enter__(self) -> "LoRAPopulation":
+    def tensors(self) -> Iterable[Mapping[str, torch.Tensor]]:
+        """The adapters to register, one tensor mapping each (drawn when the context opens)."""
+        return self.adapters or ()
+
+    def __enter__(self) -> "LoRAAdapters":
         from vllm.lora.request import LoRARequest
 
         self.directory = Path(tempfile.mkdtemp(prefix="zoopt-lora-", dir=self.scratch))
         try:
-            for i, tensors in enumerate(adapter_tensors(self.noise, self.population, self.names, self.shapes)):
+            for i, tensors in enumerate(self.tensors()):
                 lora_id = self.first_id + i
-                path = write_adapter(self.directory / f"member{i}", tensors, self.noise.rank)
+                path = write_adapter(self.directory / f"member{i}", tensors, self.rank, self.alpha)
                 request = LoRARequest(f"zoopt-{lora_id}", lora_id, str(path))
                 self.llm.llm_engine.add_lora(request)
                 self.requests.append(request)
@@ -174,7 +180,21 @@ class LoRAPopulation:
             self.requests = []
             if self.directory is not None:
                 shutil.rmtree(self.directory, ignore_errors=True)
+                self.directory = None
 
 
-__all__ = ["LoRAPopulation", "check_lora_slots", "lora_selection", "exclude_patterns", "adapter_tensors", "write_adapter",
+class LoRAPopulation(LoRAAdapters):
+    """:class:`LoRAAdapters` for one ``LowRank`` population: member i's adapter is
+    :func:`adapter_tensors`' i-th (``lora_alpha = r``), registered for one call."""
+
+    def __init__(self, llm, noise: LowRank, population: Population, names: Sequence[str],
+                 shapes: Mapping[str, tuple[int, ...]], first_id: int, scratch: str | None = None) -> None:
+        super().__init__(llm, None, noise.rank, first_id, scratch)
+        self.noise, self.population, self.names, self.shapes = noise, population, list(names), shapes
+
+    def tensors(self) -> Iterable[Mapping[str, torch.Tensor]]:
+        return adapter_tensors(self.noise, self.population, self.names, self.shapes)
+
+
+__all__ = ["LoRAAdapters", "LoRAPopulation", "check_lora_slots", "lora_selection", "exclude_patterns", "adapter_tensors", "write_adapter",
            "round_lora_rank", "ram_scratch_dir"]
