@@ -81,15 +81,17 @@ class AdapterRows:
         n_rows = len(members)
         some = next(iter(self.tables.values()))
         idx = torch.as_tensor(list(members), dtype=torch.long, device=some.device)
-        per_row = {n: t.index_select(0, idx).transpose(1, 2) for n, t in self.tables.items()}  # (rows, in, out)
 
         def hook(name):
-            w = per_row[name]
+            table = self.tables[name]
 
             def replace(mod, args, out):
                 x = args[0]
                 if x.shape[0] != n_rows:
                     raise RuntimeError(f"adapter rows: a LoRA layer saw {x.shape[0]} rows, not {n_rows}")
+                # the rows' own tensors, gathered here, one layer at a time: held only while this
+                # layer runs (gathering every layer's up front held rows/N copies of the tables)
+                w = table.index_select(0, idx).transpose(1, 2)  # (rows, in, out)
                 return torch.bmm(x.reshape(n_rows, -1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
             return replace
 
