@@ -159,13 +159,25 @@ class Noise:
         """``Σᵢ cᵢ·ε(seedᵢ, name)`` in fp32 — the tensor an update adds to ``name``.
 
         Default: one dense ``ε`` per non-zero coefficient, accumulated in order (``sample(seed)``
-        may supply them, e.g. from a cache; it must return :meth:`sample`'s tensor).
+        may supply them, e.g. from a cache; it must return :meth:`sample`'s tensor).  Without
+        ``sample`` the ``ε`` are drawn with :meth:`samples`, as many seeds at once as fit in
+        ``ROW_BLOCK_BYTES`` (one call instead of one per seed: what makes a small tensor's update
+        cheap), and accumulated in the same order — the same bits, as ``samples`` rows are
+        :meth:`sample`'s bit for bit.
         """
-        draw = sample or (lambda seed: self.sample(seed, name, shape, device))
-        acc = torch.zeros(tuple(shape), dtype=torch.float32, device=device)
-        for seed, c in zip(seeds, coefficients):
-            if c != 0.0:
-                acc.add_(draw(seed), alpha=float(c))
+        shape = tuple(shape)
+        acc = torch.zeros(shape, dtype=torch.float32, device=device)
+        kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
+        if sample is not None:
+            for seed, c in kept:
+                acc.add_(sample(seed), alpha=c)
+            return acc
+        per_block = max(1, ROW_BLOCK_BYTES // max(1, 4 * acc.numel()))
+        for start in range(0, len(kept), per_block):
+            block = kept[start : start + per_block]
+            eps = self.samples([s for s, _ in block], name, shape, device)
+            for row, (_, c) in zip(eps, block):
+                acc.add_(row, alpha=c)
         return acc
 
     def combine_rows(self, seeds: Sequence[int], coefficients: Sequence[float], name: str,

@@ -189,7 +189,7 @@ class MasterWeights:
                 continue
             device = self.master[pieces[0].param].device
             for start, block in noise.combine_rows(update.seeds, update.coefficients, name, self.shapes[name], device,
-                                                   sample=lambda seed: self.noise(noise, seed, name),
+                                                   sample=self.sampler(noise, name),
                                                    block_bytes=ROW_BLOCK_BYTES):
                 for piece in pieces:
                     share = piece.within_rows(start, start + (block.shape[0] if block.ndim else 1))
@@ -205,7 +205,7 @@ class MasterWeights:
         ``noise.combine`` (dense noise comes from the cache when ``perturb`` kept it)."""
         device = self.master[self.layout[name][0].param].device
         return noise.combine(update.seeds, update.coefficients, name, self.shapes[name], device,
-                             sample=lambda seed: self.noise(noise, seed, name))
+                             sample=self.sampler(noise, name))
 
     @torch.no_grad()
     def take_working(self) -> None:
@@ -217,6 +217,14 @@ class MasterWeights:
             m.copy_(self.params[pname].detach())
 
     # -- noise ------------------------------------------------------------------------------
+    def sampler(self, noise: Noise, name: str) -> Callable[[int], torch.Tensor] | None:
+        """What ``noise.combine``/``combine_rows`` should draw ``ε(seed, name)`` with: :meth:`noise`
+        (the cache first) while the cache holds anything, else None — the noise then draws
+        several seeds per call (:meth:`Noise.combine`), the same bits."""
+        if not self._cache:
+            return None
+        return lambda seed: self.noise(noise, seed, name)
+
     def noise(self, noise: Noise, seed: int, name: str, keep: bool = False) -> torch.Tensor:
         """``ε(seed, name)`` (fp32, whole logical shape, on the master's device), cached or drawn."""
         key = (noise, int(seed), name)
