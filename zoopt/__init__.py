@@ -5,14 +5,18 @@ An ES run is a base model plus a log of (seed, coefficient) pairs; see docs/conc
 verifier objective (docs/python.md); ``zoopt.trl.ESTrainer`` is the same with TRL's names.
 """
 
-from .callbacks import Callback, EarlyStopping
-from .engines.base import Sampling
-from .es import ES
-from .noise import Gaussian, LowRank, Noise, Rademacher
-from .rewards.functions import RewardFunctions
-from .types import Member, Population, Update
-from .workflows.fit import fit
-from .workflows.optimize import optimize
+from .library_logs import quiet_library_logs
+
+quiet_library_logs()  # before anything imports transformers (and with it torchao)
+
+from .callbacks import Callback, EarlyStopping  # noqa: E402
+from .engines.base import Sampling  # noqa: E402
+from .es import ES  # noqa: E402
+from .noise import Gaussian, LowRank, Noise, Rademacher  # noqa: E402
+from .rewards.functions import RewardFunctions  # noqa: E402
+from .types import Member, Population, Update  # noqa: E402
+from .workflows.fit import fit  # noqa: E402
+from .workflows.optimize import optimize  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["ES", "Gaussian", "Rademacher", "LowRank", "Noise", "optimize", "fit", "Sampling", "RewardFunctions",
