@@ -83,10 +83,12 @@ def test_restore_is_exact_over_1000_cycles_on_a_bf16_base():
     assert (e.checksum(), e.master_checksum(), e.base_checksum()) == (before, master, base)
 
 
+@pytest.mark.parametrize("batch_size", [64, 5], ids=["one-batch", "uneven-micro-batches"])
 @pytest.mark.parametrize("noise", [Gaussian(), LowRank(rank=1), Gaussian(include=("*q_proj*",))],
                          ids=["gaussian", "low_rank", "q_proj-only"])
-def test_the_population_in_one_call_equals_member_by_member(noise):
-    e = engine(AdapterSpace(r=4, init_lora_weights=False))
+def test_the_population_in_one_call_equals_member_by_member(noise, batch_size):
+    """Also in micro-batches of 5 of the 12 rows: some members absent, the others unevenly many."""
+    e = engine(AdapterSpace(r=4, init_lora_weights=False), batch_size=batch_size)
     pop = Population(step=0, sigma=0.2, members=tuple(Member(seed=s, sign=(-1) ** s) for s in range(4)))
     assert e.population_path(noise) == "batched"
     before = e.checksum()
@@ -270,3 +272,16 @@ def test_ray_replicas_hold_the_same_adapter_as_one_engine():
             assert tokens(ray_engine.generate(PROMPTS, GREEDY)) == tokens(local.generate(PROMPTS, GREEDY))
         finally:
             ray_engine.close()
+
+
+def test_an_adapter_space_run_directory_is_a_model_reference(tmp_path):
+    """`zoopt eval --model RUN` / analyze read an adapter-space run's exported PEFT model/."""
+    from zoopt.runs.references import resolve_model
+
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "config.yaml").write_text("space: adapter\n")
+    with pytest.raises(FileNotFoundError, match="has no exported model/"):
+        resolve_model(run)
+    (run / "model" / "adapter_config.json").write_text("{}")
+    assert resolve_model(run) == str(run / "model")

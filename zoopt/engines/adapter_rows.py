@@ -9,7 +9,7 @@ and the same noise (any noise kind: the tensors are small, so each member's is m
 
     lora_A:  h_k = x_k · A_{i(k)}ᵀ        lora_B:  y_k = h_k · B_{i(k)}ᵀ
 
-(one ``bmm`` each over the rows), so PEFT's layer adds ``(lora_alpha/r)·y`` as usual and the base
+(one ``bmm`` each, over the rows grouped by member: see :meth:`AdapterRows.rows`), so PEFT's layer adds ``(lora_alpha/r)·y`` as usual and the base
 layer — quantized or not — runs once for the whole batch.  The base is never touched and the
 working adapter stays at the master.  Why not PEFT's own mixed-adapter batches
 (``adapter_names=``): they loop in Python over adapters, O(N) small kernels per layer, and need
@@ -77,10 +77,31 @@ class AdapterRows:
 
     @contextlib.contextmanager
     def rows(self, members: Sequence[int]) -> Iterator[None]:
-        """While inside, row k of every forward runs with member ``members[k]``'s adapter."""
+        """While inside, row k of every forward runs with member ``members[k]``'s adapter.
+
+        The rows are grouped by member — ``U`` distinct members, at most ``G`` rows each — and
+        each hooked layer runs one ``bmm`` of ``(U, G·T, in)`` activations against the ``U``
+        members' own ``(in, out)`` tensors, read from the tables in place (a copy only of the
+        members present when not all are): no weight is copied per row and nothing is held
+        between forwards but two index vectors."""
         n_rows = len(members)
         some = next(iter(self.tables.values()))
-        idx = torch.as_tensor(list(members), dtype=torch.long, device=some.device)
+        n_members = some.shape[0]
+        uniq = sorted(set(int(m) for m in members))
+        group: dict[int, list[int]] = {m: [] for m in uniq}
+        for k, m in enumerate(members):
+            group[int(m)].append(k)
+        width = max(len(v) for v in group.values())
+        # slot u·G + g holds row group[uniq[u]][g], or the zero row n_rows (padding)
+        take = torch.full((len(uniq) * width,), n_rows, dtype=torch.long)
+        slot_of = torch.empty(n_rows, dtype=torch.long)
+        for u, m in enumerate(uniq):
+            for g, k in enumerate(group[m]):
+                take[u * width + g] = k
+                slot_of[k] = u * width + g
+        take, slot_of = take.to(some.device), slot_of.to(some.device)
+        every = uniq == list(range(n_members))
+        uniq_t = torch.as_tensor(uniq, dtype=torch.long, device=some.device)
 
         def hook(name):
             table = self.tables[name]
@@ -89,10 +110,12 @@ class AdapterRows:
                 x = args[0]
                 if x.shape[0] != n_rows:
                     raise RuntimeError(f"adapter rows: a LoRA layer saw {x.shape[0]} rows, not {n_rows}")
-                # the rows' own tensors, gathered here, one layer at a time: held only while this
-                # layer runs (gathering every layer's up front held rows/N copies of the tables)
-                w = table.index_select(0, idx).transpose(1, 2)  # (rows, in, out)
-                return torch.bmm(x.reshape(n_rows, -1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
+                w = table if every else table.index_select(0, uniq_t)  # (U, out, in)
+                flat = x.reshape(n_rows, -1, x.shape[-1])                # (rows, T, in)
+                padded = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])]).index_select(0, take)
+                y = torch.bmm(padded.view(len(uniq), -1, flat.shape[-1]), w.transpose(1, 2))  # (U, G·T, out)
+                y = y.view(len(uniq) * width, flat.shape[1], -1).index_select(0, slot_of)
+                return y.view(*x.shape[:-1], y.shape[-1])
             return replace
 
         handles = [mod.register_forward_hook(hook(name)) for mod, name in self.hooked]
