@@ -73,6 +73,13 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     raise ValueError(f"unsupported dtype {dtype!r}: use 'float32', 'bfloat16' or 'float16'")
 
 
+def is_model_dir(path: str | Path) -> bool:
+    """A directory :func:`load_model` reads as weights: an HF model (``config.json``) or a PEFT
+    adapter over its base (``adapter_config.json``: what an adapter-space run exports)."""
+    path = Path(path).expanduser()
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
 def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: str = "cpu"):
     """Return ``(model, tokenizer)`` for ``name_or_path``; the model is in eval mode."""
     torch_dtype = resolve_dtype(dtype)
@@ -81,7 +88,7 @@ def load_model(name_or_path: str, dtype: str | torch.dtype = "float32", device: 
         model, tokenizer = tiny_model(_tiny_seed(name))
         for param in model.parameters():  # not .to(dtype): rotary buffers stay fp32, as in from_pretrained
             param.data = param.data.to(torch_dtype)
-    elif (Path(name).expanduser() / "adapter_config.json").is_file():
+    elif (Path(name).expanduser() / "adapter_config.json").is_file():  # an adapter (is_model_dir)
         model, tokenizer = _with_adapter(Path(name).expanduser(), torch_dtype)
     else:
         path = (ensure_embedded() if name == EMBEDDED else cached_build(name) or Path(name).expanduser())

@@ -3,7 +3,8 @@
 A *model spec* is one of
 
 - a model name understood by :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:3"``);
-- an HF directory (holds ``config.json``), e.g. a run's exported ``model/``;
+- an HF directory (holds ``config.json``), e.g. a run's exported ``model/``, or a PEFT adapter
+  directory (``adapter_config.json``, an adapter-space run's ``model/``);
 - a training run directory (holds ``model/`` plus ``seedlog.json`` or ``config.yaml``), which
   stands for its exported final weights ``RUN/model``.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..models import ModelLoadError, load_model
+from ..models import ModelLoadError, is_model_dir, load_model
 from .atomic import atomic_directory
 from .rundir import RunDir
 
@@ -35,9 +36,9 @@ def resolve_model(spec: str | Path) -> str:
     directory (a run without an exported ``model/`` is a one-line FileNotFoundError naming it),
     the spec itself otherwise."""
     path = Path(spec).expanduser()
-    if is_run_dir(path) and not (path / "config.json").is_file():
+    if is_run_dir(path) and not is_model_dir(path):
         model = path / "model"
-        if not (model / "config.json").is_file():
+        if not is_model_dir(model):
             raise FileNotFoundError(f"run directory {str(spec)!r} has no exported model/ "
                                     f"(train with export: true, or run `zoopt export {spec} --out DIR`)")
         return str(model)
