@@ -81,12 +81,13 @@ class AdapterRows:
 
         The rows are grouped by member — ``U`` distinct members, at most ``G`` rows each — and
         each hooked layer runs one ``bmm`` of ``(U, G·T, in)`` activations against the ``U``
-        members' own ``(in, out)`` tensors, read from the tables in place (a copy only of the
-        members present when not all are): no weight is copied per row and nothing is held
-        between forwards but two index vectors."""
+        members' own ``(in, out)`` tensors, read from the tables in place (a copy of them only
+        when the members present are not a contiguous range): no weight is copied per row and
+        nothing is held between forwards but two index vectors.  When the rows already come in
+        member order, as many each (the population call's member-major rows), the activations
+        are not copied either."""
         n_rows = len(members)
         some = next(iter(self.tables.values()))
-        n_members = some.shape[0]
         uniq = sorted(set(int(m) for m in members))
         group: dict[int, list[int]] = {m: [] for m in uniq}
         for k, m in enumerate(members):
@@ -99,8 +100,11 @@ class AdapterRows:
             for g, k in enumerate(group[m]):
                 take[u * width + g] = k
                 slot_of[k] = u * width + g
+        # the common case needs no copy at all: rows already in member order, as many each
+        # (the population call's rows are member-major), and the members a contiguous range
+        in_order = take.tolist() == list(range(n_rows))
+        contiguous = uniq == list(range(uniq[0], uniq[-1] + 1))
         take, slot_of = take.to(some.device), slot_of.to(some.device)
-        every = uniq == list(range(n_members))
         uniq_t = torch.as_tensor(uniq, dtype=torch.long, device=some.device)
 
         def hook(name):
@@ -110,12 +114,16 @@ class AdapterRows:
                 x = args[0]
                 if x.shape[0] != n_rows:
                     raise RuntimeError(f"adapter rows: a LoRA layer saw {x.shape[0]} rows, not {n_rows}")
-                w = table if every else table.index_select(0, uniq_t)  # (U, out, in)
+                # (U, out, in): a view of the tables when the members are a range, else a copy of them
+                w = table[uniq[0] : uniq[-1] + 1] if contiguous else table.index_select(0, uniq_t)
                 flat = x.reshape(n_rows, -1, x.shape[-1])                # (rows, T, in)
-                padded = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])]).index_select(0, take)
-                y = torch.bmm(padded.view(len(uniq), -1, flat.shape[-1]), w.transpose(1, 2))  # (U, G·T, out)
-                y = y.view(len(uniq) * width, flat.shape[1], -1).index_select(0, slot_of)
-                return y.view(*x.shape[:-1], y.shape[-1])
+                if in_order:
+                    y = torch.bmm(flat.view(len(uniq), -1, flat.shape[-1]), w.transpose(1, 2))
+                else:
+                    padded = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])]).index_select(0, take)
+                    y = torch.bmm(padded.view(len(uniq), -1, flat.shape[-1]), w.transpose(1, 2))  # (U, G·T, out)
+                    y = y.view(len(uniq) * width, flat.shape[1], -1).index_select(0, slot_of)
+                return y.reshape(*x.shape[:-1], y.shape[-1])
             return replace
 
         handles = [mod.register_forward_hook(hook(name)) for mod, name in self.hooked]

@@ -168,7 +168,7 @@ class HFEngine(ModuleEngine, Engine):
             batch = BatchedLowRank(self._row_layouts[key], self.weights, noise, population)
         encoded = [self.encode(p) for p in prompts]
         rows = [(i, p, j) for i in range(len(population)) for p in range(len(encoded)) for j in range(sampling.n)]
-        rows.sort(key=lambda r: len(encoded[r[1]]))  # members mix within a micro-batch
+        rows.sort(key=lambda r: len(encoded[r[1]]))  # less padding; stable: rows of one length stay member-major (AdapterRows copies nothing then)
         results: list = [[[None] * sampling.n for _ in encoded] for _ in range(len(population))]
         self.module.eval()
         with torch.inference_mode():
