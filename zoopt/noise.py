@@ -159,12 +159,9 @@ class Noise:
         """``Σᵢ cᵢ·ε(seedᵢ, name)`` in fp32 — the tensor an update adds to ``name``.
 
         Default: one dense ``ε`` per non-zero coefficient, accumulated in order (``sample(seed)``
-        may supply them, e.g. from a cache; it must return :meth:`sample`'s tensor).  Without
-        ``sample`` the ``ε`` are drawn with :meth:`samples`, as many seeds at once as fit in
-        ``ROW_BLOCK_BYTES`` (one call instead of one per seed: what makes a small tensor's update
-        cheap), and accumulated in the same order — the same bits, as ``samples`` rows are
-        :meth:`sample`'s bit for bit.
-        """
+        may supply them, e.g. from a cache; it must return :meth:`sample`'s tensor).  Without it the
+        ``ε`` come from :meth:`samples`, as many seeds a call as fit in ``ROW_BLOCK_BYTES`` (cheap
+        small-tensor updates), accumulated in the same order: the same bits."""
         shape = tuple(shape)
         acc = torch.zeros(shape, dtype=torch.float32, device=device)
         kept = [(int(s), float(c)) for s, c in zip(seeds, coefficients) if c != 0.0]
