@@ -9,6 +9,7 @@ import torch
 
 from zoopt.adapters import AdapterSpace, QUANTIZATIONS, SPACES
 from zoopt.config import ConfigError, load_config
+from zoopt.engines.adapter_rows import AdapterRows
 from zoopt.engines.base import Sampling
 from zoopt.engines.hf import HFEngine
 from zoopt.hparams import run_configs
@@ -101,6 +102,29 @@ def test_the_population_in_one_call_equals_member_by_member(noise, batch_size):
         e.restore()
     assert [tokens(m) for m in batched] == [tokens(m) for m in sequential]
     assert len({str(tokens(m)) for m in batched}) > 1  # the members do differ
+
+
+def test_the_rows_compute_no_discarded_lora_product_and_leave_every_linear_as_it_was(monkeypatch):
+    """Inside ``rows`` the LoRA linears run only the members' bmm (Linear.forward is never called
+    on them, so the working adapter's product is not computed to be thrown away); on exit —
+    also by an error — no replaced forward is left and the model computes what it did before."""
+    e = engine(AdapterSpace(r=4, init_lora_weights=False))
+    pop = Population(step=0, sigma=0.2, members=tuple(Member(seed=s, sign=1) for s in range(2)))
+    rows = AdapterRows(e.module, e.weights, Gaussian(), pop)
+    lora = {id(mod) for mod, _ in rows.linears}
+    assert lora
+    ref = logits(e)
+    called = []
+    plain_forward = torch.nn.Linear.forward
+    monkeypatch.setattr(torch.nn.Linear, "forward", lambda self, x: called.append(id(self)) or plain_forward(self, x))
+    with rows.rows([0, 1]):
+        inside = logits(e, ids=((5, 6, 7, 8, 9), (5, 6, 7, 8, 9)))
+    assert called and not lora & set(called)  # the base linears ran, no LoRA linear did
+    assert not torch.equal(inside[0], inside[1])  # two members, two outputs
+    with pytest.raises(RuntimeError, match="saw 1 rows, not 2"), rows.rows([0, 1]):
+        logits(e)
+    assert not any("forward" in vars(mod) for mod, _ in rows.linears)
+    assert torch.equal(logits(e), ref)
 
 
 def test_an_int8_base_is_untouched_by_a_step_and_the_adapter_moves():

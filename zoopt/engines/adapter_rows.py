@@ -4,16 +4,19 @@ In adapter space member i is the adapter ``(Aᵢ, Bᵢ) = cast(M + sᵢσ·ε(se
 LoRA tensor — exactly what ``perturb`` would write, tensor by tensor, from the same fp32 master
 and the same noise (any noise kind: the tensors are small, so each member's is materialised).
 :class:`AdapterRows` stacks them, ``(N, r, n)`` for A and ``(N, m, r)`` for B, and while
-:meth:`AdapterRows.rows` is active, forward hooks on each targeted layer's ``lora_A`` and
-``lora_B`` linears replace their output for row k by the row's own member's:
+:meth:`AdapterRows.rows` is active, each targeted layer's ``lora_A`` and
+``lora_B`` linears compute, instead of their own product, row k's with its own member's tensors:
 
     lora_A:  h_k = x_k · A_{i(k)}ᵀ        lora_B:  y_k = h_k · B_{i(k)}ᵀ
 
-(one ``bmm`` each, over the rows grouped by member: see :meth:`AdapterRows.rows`), so PEFT's layer adds ``(lora_alpha/r)·y`` as usual and the base
-layer — quantized or not — runs once for the whole batch.  The base is never touched and the
+(one ``bmm`` each, over the rows grouped by member: see :meth:`AdapterRows.rows`), so PEFT's layer
+adds ``(lora_alpha/r)·y`` as usual and the base layer — quantized or not — runs once for the
+whole batch.  The replacement is the linear's ``forward`` itself (an instance attribute, removed
+on exit), not a forward hook: a hook would run after the linear had computed the working
+adapter's product, only to discard it.  The base is never touched and the
 working adapter stays at the master.  Why not PEFT's own mixed-adapter batches
 (``adapter_names=``): they loop in Python over adapters, O(N) small kernels per layer, and need
-N adapters registered in the model; the hooks need neither.  The result equals member-by-member
+N adapters registered in the model; the replaced forwards need neither.  The result equals member-by-member
 ``perturb`` + forward up to floating-point rounding of the batched product
 (``tests/test_adapter_space.py``).
 """
@@ -35,7 +38,7 @@ def member_tables(weights: MasterWeights, noise: Noise, population: Population) 
     working tensor's device, row i = ``cast(M + sᵢσ·ε(seedᵢ, name))`` — what ``perturb`` writes,
     from the same fp32 master and noise, in the same fp32 operations ((ε·scale) + M, one cast).
     Names the noise does not select are the working tensor itself for every member (a view).
-    One definition for both engines: the HF engine's row hooks (:class:`AdapterRows`) and the
+    One definition for both engines: the HF engine's per-row forwards (:class:`AdapterRows`) and the
     vLLM engine's one-adapter-per-member call (:mod:`zoopt.engines.vllm.adapter_space`).
     Needs one whole piece per name (adapter space: the tensors live in one process)."""
     selected = set(weights.selected(noise))
@@ -58,7 +61,7 @@ class AdapterRows:
     """Every member's adapter tensors for one population (see the module docstring).
 
     Args:
-        module: the injected HF model (its ``lora_A``/``lora_B`` linears carry the hooks).
+        module: the injected HF model (its ``lora_A``/``lora_B`` linears run the members' rows).
         weights: the engine's :class:`MasterWeights` over the adapter tensors.
         noise: the population's noise (its include/exclude filter: unselected tensors stay at
             the master for every member).
@@ -71,7 +74,7 @@ class AdapterRows:
         self.tables: dict[str, torch.Tensor] = {weights.layout[name][0].param: table
                                                 for name, table in member_tables(weights, noise, population).items()}
         owner = {id(p): n for n, p in weights.params.items()}
-        self.hooked: list[tuple[torch.nn.Module, str]] = [
+        self.linears: list[tuple[torch.nn.Module, str]] = [
             (mod, owner[id(mod.weight)]) for mod in module.modules()
             if isinstance(mod, torch.nn.Linear) and id(mod.weight) in owner]
 
@@ -80,7 +83,7 @@ class AdapterRows:
         """While inside, row k of every forward runs with member ``members[k]``'s adapter.
 
         The rows are grouped by member — ``U`` distinct members, at most ``G`` rows each — and
-        each hooked layer runs one ``bmm`` of ``(U, G·T, in)`` activations against the ``U``
+        each replaced linear runs one ``bmm`` of ``(U, G·T, in)`` activations against the ``U``
         members' own ``(in, out)`` tensors, read from the tables in place (a copy of them only
         when the members present are not a contiguous range): no weight is copied per row and
         nothing is held between forwards but two index vectors.  When the rows already come in
@@ -107,11 +110,10 @@ class AdapterRows:
         take, slot_of = take.to(some.device), slot_of.to(some.device)
         uniq_t = torch.as_tensor(uniq, dtype=torch.long, device=some.device)
 
-        def hook(name):
+        def row_forward(name):  # replaces the forward of the linear holding param ``name``
             table = self.tables[name]
 
-            def replace(mod, args, out):
-                x = args[0]
+            def forward(x):
                 if x.shape[0] != n_rows:
                     raise RuntimeError(f"adapter rows: a LoRA layer saw {x.shape[0]} rows, not {n_rows}")
                 # (U, out, in): a view of the tables when the members are a range, else a copy of them
@@ -124,14 +126,18 @@ class AdapterRows:
                     y = torch.bmm(padded.view(len(uniq), -1, flat.shape[-1]), w.transpose(1, 2))  # (U, G·T, out)
                     y = y.view(len(uniq) * width, flat.shape[1], -1).index_select(0, slot_of)
                 return y.reshape(*x.shape[:-1], y.shape[-1])
-            return replace
+            return forward
 
-        handles = [mod.register_forward_hook(hook(name)) for mod, name in self.hooked]
+        # nn.Module.__call__ calls self.forward: an instance attribute shadows Linear.forward
+        replaced = []
         try:
+            for mod, name in self.linears:
+                mod.forward = row_forward(name)
+                replaced.append(mod)
             yield
         finally:
-            for h in handles:
-                h.remove()
+            for mod in replaced:
+                del mod.forward
 
 
 __all__ = ["AdapterRows", "member_tables"]
