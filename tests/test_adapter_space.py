@@ -127,6 +127,25 @@ def test_the_rows_compute_no_discarded_lora_product_and_leave_every_linear_as_it
     assert torch.equal(logits(e), ref)
 
 
+@pytest.mark.parametrize("noise", [Gaussian(), LowRank(rank=1)], ids=["gaussian", "low_rank"])
+def test_the_population_call_keeps_its_noise_for_the_update_and_changes_no_bit(noise):
+    """With a noise-cache budget the one-call population keeps every member's ε for ``apply``
+    (which then draws nothing); the update is bit for bit the one drawn afresh, and a budget
+    too small for a tensor's rows keeps none of them."""
+    pop = Population(step=0, sigma=0.2, members=tuple(Member(seed=s, sign=(-1) ** s) for s in range(4)))
+    update = Update(seeds=tuple(m.seed for m in pop.members), coefficients=(0.3, -0.1, 0.2, 0.05))
+    sums = []
+    for budget in (2**30, 0, 1):
+        e = engine(AdapterSpace(r=4, init_lora_weights=False), noise_cache_bytes=budget)
+        e.generate_population(noise, pop, PROMPTS, GREEDY)
+        kept = e.weights.noise_cache_entries
+        assert kept == (len(pop) * len(e.weights.selected(noise)) if budget == 2**30 else 0)
+        e.apply(noise, update)
+        assert e.weights.noise_cache_entries == 0
+        sums.append(e.checksum())
+    assert sums[0] == sums[1] == sums[2]
+
+
 def test_an_int8_base_is_untouched_by_a_step_and_the_adapter_moves():
     e = engine(quantization="int8")
     w = e.module.model.layers[0].self_attn.q_proj.base_layer.weight

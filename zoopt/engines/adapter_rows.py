@@ -40,7 +40,9 @@ def member_tables(weights: MasterWeights, noise: Noise, population: Population) 
     Names the noise does not select are the working tensor itself for every member (a view).
     One definition for both engines: the HF engine's per-row forwards (:class:`AdapterRows`) and the
     vLLM engine's one-adapter-per-member call (:mod:`zoopt.engines.vllm.adapter_space`).
-    Needs one whole piece per name (adapter space: the tensors live in one process)."""
+    Keeps the drawn noise for the next ``apply`` within the weights' noise-cache budget
+    (:meth:`MasterWeights.keep_noise`).  Needs one whole piece per name (adapter space: the
+    tensors live in one process)."""
     selected = set(weights.selected(noise))
     scales = torch.tensor([population.scale(i) for i in range(len(population))], dtype=torch.float32)
     tables: dict[str, torch.Tensor] = {}
@@ -48,7 +50,9 @@ def member_tables(weights: MasterWeights, noise: Noise, population: Population) 
         (piece,) = pieces
         working, master = weights.params[piece.param], weights.master[piece.param]
         if name in selected:
-            eps = noise.samples([m.seed for m in population.members], name, weights.shapes[name], master.device)
+            seeds = [m.seed for m in population.members]
+            eps = noise.samples(seeds, name, weights.shapes[name], master.device)
+            weights.keep_noise(noise, seeds, name, eps)  # the update's ε, not drawn again by apply
             # as perturb: (ε·scale) + M in fp32, then one cast to the working dtype
             table = (eps * scales.to(eps.device).view(-1, *[1] * master.ndim)).add_(master[None]).to(working.dtype)
         else:

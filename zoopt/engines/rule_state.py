@@ -148,7 +148,7 @@ def _blocks(weights: "MasterWeights", noise: Noise, update: Update, name: str) -
     """ĝ of logical tensor ``name`` in the row blocks a plain apply adds (fp32, the master's device)."""
     device = weights.master[weights.layout[name][0].param].device
     return noise.combine_rows(update.seeds, update.coefficients, name, weights.shapes[name], device,
-                              sample=weights.sampler(noise, name), block_bytes=ROW_BLOCK_BYTES)
+                              sample=weights.sampler(noise, name, update.seeds), block_bytes=ROW_BLOCK_BYTES)
 
 
 def _row_chunks(share: tuple, block: torch.Tensor) -> Iterator[tuple[tuple, tuple]]:

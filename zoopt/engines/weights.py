@@ -25,9 +25,9 @@ With master ``M`` (fp32, one per working tensor) and working weights ``W``:
   here (:mod:`zoopt.engines.rule_state`).
 
 All writes are in place (``copy_``/``add_``): CUDA graphs, vLLM kernels and optimizers keep
-the addresses they hold.  ``noise_cache_bytes`` lets ``perturb`` keep the fp32 noise it drew
-for the next ``apply`` (the noise is a pure function of (noise, seed, name), so the cache
-changes no bit).
+the addresses they hold.  ``noise_cache_bytes`` lets ``perturb`` (and the adapter space's
+one-call population, :meth:`MasterWeights.keep_noise`) keep the fp32 noise it drew for the next
+``apply`` (the noise is a pure function of (noise, seed, name), so the cache changes no bit).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class MasterWeights:
                 continue
             device = self.master[pieces[0].param].device
             for start, block in noise.combine_rows(update.seeds, update.coefficients, name, self.shapes[name], device,
-                                                   sample=self.sampler(noise, name),
+                                                   sample=self.sampler(noise, name, update.seeds),
                                                    block_bytes=ROW_BLOCK_BYTES):
                 for piece in pieces:
                     share = piece.within_rows(start, start + (block.shape[0] if block.ndim else 1))
@@ -205,7 +205,7 @@ class MasterWeights:
         ``noise.combine`` (dense noise comes from the cache when ``perturb`` kept it)."""
         device = self.master[self.layout[name][0].param].device
         return noise.combine(update.seeds, update.coefficients, name, self.shapes[name], device,
-                             sample=self.sampler(noise, name))
+                             sample=self.sampler(noise, name, update.seeds))
 
     @torch.no_grad()
     def take_working(self) -> None:
@@ -217,11 +217,11 @@ class MasterWeights:
             m.copy_(self.params[pname].detach())
 
     # -- noise ------------------------------------------------------------------------------
-    def sampler(self, noise: Noise, name: str) -> Callable[[int], torch.Tensor] | None:
-        """What ``noise.combine``/``combine_rows`` should draw ``ε(seed, name)`` with: :meth:`noise`
-        (the cache first) while the cache holds anything, else None — the noise then draws
-        several seeds per call (:meth:`Noise.combine`), the same bits."""
-        if not self._cache:
+    def sampler(self, noise: Noise, name: str, seeds: Iterable[int]) -> Callable[[int], torch.Tensor] | None:
+        """What ``noise.combine``/``combine_rows`` should draw ``ε(seed, name)`` for ``seeds`` with:
+        the cache when it holds every one of them, else None — the noise then draws several seeds
+        per call (:meth:`Noise.combine`, several times faster than one by one), the same bits."""
+        if not all((noise, int(s), name) in self._cache for s in seeds):
             return None
         return lambda seed: self.noise(noise, seed, name)
 
@@ -237,6 +237,18 @@ class MasterWeights:
                 self._cache[key] = eps
                 self._cache_used += nbytes
         return eps
+
+    def keep_noise(self, noise: Noise, seeds: Iterable[int], name: str, eps_rows: torch.Tensor) -> bool:
+        """Keep ``eps_rows[i] = ε(seedᵢ, name)`` (drawn together, :meth:`Noise.samples`) for the
+        next ``apply``, all of them or — over the ``noise_cache_bytes`` budget — none (the rows
+        are views of one tensor: keeping some would hold all).  True if kept."""
+        nbytes = eps_rows.numel() * eps_rows.element_size()
+        if self._cache_used + nbytes > self.noise_cache_bytes:
+            return False
+        for seed, eps in zip(seeds, eps_rows):
+            self._cache.setdefault((noise, int(seed), name), eps)
+        self._cache_used += nbytes
+        return True
 
     def clear_noise_cache(self) -> None:
         self._cache.clear()
