@@ -2,11 +2,14 @@
 perturb / restore / apply over the adapter.
 
     python tests/benchmarks/adapter_speed.py [--model smollm2-135m] [--dtype float32] [--members 8]
-        [--prompts 16] [--tokens 8] [--repeats 5] [--warmup 1] [--out docs/results/adapter_speed.json]
+        [--prompts 16] [--tokens 8] [--repeats 5] [--warmup 1] [--noise-cache-gb auto]
+        [--out docs/results/adapter_speed.json]
 
 One engine: ``HFEngine.from_pretrained(model, dtype, adapter=AdapterSpace(r=8, lora_alpha=16))``
 (all linear layers, ``population="auto"``: the adapter space runs a population as one batched
-call, :mod:`zoopt.engines.adapter_rows`), ``batch_size`` 64.  Per round, in alternating order
+call, :mod:`zoopt.engines.adapter_rows`), ``batch_size`` 64, the noise cache of ``zoopt train``'s
+default (``noise_cache_gb: auto``, 40 % of free RAM on the CPU: the population call keeps the
+members' noise for the update).  Per round, in alternating order
 (A B, then B A, …, so a drift of the machine's speed falls on both):
 
 - ``step``: one whole ES step — ``es.ask()``, ``engine.generate_population(Gaussian(), population,
@@ -68,6 +71,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--noise-cache-gb", default="auto", help="as zoopt train's noise_cache_gb (auto or GiB)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args()
 
@@ -79,10 +83,12 @@ def main() -> None:
     from zoopt.engines.hf import HFEngine
     from zoopt.es import ES
     from zoopt.noise import Gaussian
+    from zoopt.workflows.builders import noise_cache_bytes
 
     t0 = time.perf_counter()
+    cache = noise_cache_bytes(args.noise_cache_gb, "cpu")
     engine = HFEngine.from_pretrained(args.model, dtype=args.dtype, adapter=AdapterSpace(r=R, lora_alpha=ALPHA),
-                                      population="auto", batch_size=64)
+                                      population="auto", batch_size=64, noise_cache_bytes=cache)
     load_s = time.perf_counter() - t0
     noise, greedy = Gaussian(), Sampling(temperature=0.0, max_new_tokens=args.tokens)
     es = ES("one_point", noise=noise, sigma=SIGMA, lr=2.5e-4, population_size=args.members, seed=0)
@@ -141,7 +147,8 @@ def main() -> None:
     result = {
         "model": args.model, "dtype": args.dtype, "members": args.members, "prompts": args.prompts,
         "rows": len(rows), "max_new_tokens": args.tokens, "greedy": True, "chat_template": True,
-        "noise": "Gaussian()", "batch_size": 64, "adapter": {"r": R, "lora_alpha": ALPHA, "target_modules": "all-linear"},
+        "noise": "Gaussian()", "batch_size": 64,
+        "noise_cache_gb": args.noise_cache_gb, "noise_cache_bytes": cache, "adapter": {"r": R, "lora_alpha": ALPHA, "target_modules": "all-linear"},
         "trained_params": engine.num_parameters(), "population_path": engine.population_path(noise),
         "warmup_rounds": args.warmup, "rounds": args.repeats, "load_s": round(load_s, 2),
         "seconds": {n: [round(s, 3) for s in t] for n, t in times.items()},
