@@ -11,9 +11,10 @@ from zoopt.config import ConfigError
 
 def test_every_command_is_in_the_table_with_help():
     parser = build_parser()
-    assert list(COMMANDS) == ["train", "export", "eval", "analyze", "grpo", "compare", "sweep", "study", "calibrate"]
+    assert list(COMMANDS) == ["train", "export", "eval", "analyze", "grpo", "compare", "sweep", "study", "frontier", "calibrate"]
     for name, module in COMMANDS.items():
-        args = parser.parse_args({"sweep": [name, "x"], "study": [name, "x"], "export": [name, "x", "--out", "y"]}.get(name, [name]))
+        args = parser.parse_args({"sweep": [name, "x"], "study": [name, "x"], "export": [name, "x", "--out", "y"],
+                                  "frontier": [name, "x", "--out", "y"]}.get(name, [name]))
         assert args.func is module.run and module.HELP
 
 

@@ -24,11 +24,11 @@ from ..extras import missing_dependency
 from ..models import ModelLoadError
 from ..plugins import PluginError, add_plugins
 from ..rewards.scoring import RewardError, ZooptWarning
-from . import analyze, calibrate, compare, export, grpo, study, sweep, train
+from . import analyze, calibrate, compare, export, frontier, grpo, study, sweep, train
 from . import eval as eval_command
 
 COMMANDS = {"train": train, "export": export, "eval": eval_command, "analyze": analyze, "grpo": grpo,
-            "compare": compare, "sweep": sweep, "study": study, "calibrate": calibrate}
+            "compare": compare, "sweep": sweep, "study": study, "frontier": frontier, "calibrate": calibrate}
 
 # one-line errors: what a user can mend.  LookupError includes the registry's RegistryError
 # (an unknown name); ValueError, the validation of a flag or config value.

@@ -4,6 +4,7 @@
 * :func:`plot_entropy` — mean token entropy against training step;
 * :func:`plot_reward_curves` — training reward against sampled completions used, one curve per method;
 * :func:`plot_points` — one labelled point per model (``zoopt study``'s Pass@1 vs Pass@K);
+* :func:`plot_frontier` — ΔPass@k against ΔPass@1 along each run's checkpoints, a panel per k;
 * :func:`plot_magnitude_histogram` — histogram of log10|Δθ| with the threshold τ marked;
 * :func:`plot_training_log` — reward mean/max and held-out accuracy from a JSONL metrics log;
 * :func:`plot_run` — the same for a run directory, to its ``training.png``.
@@ -68,6 +69,30 @@ def plot_points(points: Mapping[str, tuple[float, float]], path: str | Path, xla
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_frontier(points: Sequence[Mapping], ks: Sequence[int], path: str | Path) -> Path:
+    """``zoopt frontier``'s points (:func:`zoopt.study.frontier.frontier_points`): per ``k`` a
+    panel of ΔPass@k against ΔPass@1 (points), each run a line from the base (0, 0) through its
+    checkpoints in training order, one colour per method, one marker per seed."""
+    methods = sorted({p["method"] for p in points})
+    colours = {m: f"C{i}" for i, m in enumerate(methods)}
+    markers = "osD^vP*X"
+    fig, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks), 3.8), squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        for run in dict.fromkeys(p["run"] for p in points):
+            pts = [p for p in points if p["run"] == run]
+            xs = [0.0] + [100 * p["d_pass@1"] for p in pts]
+            ys = [0.0] + [100 * p[f"d_pass@{k}"] for p in pts]
+            ax.plot(xs, ys, color=colours[pts[0]["method"]], marker=markers[pts[0]["seed"] % len(markers)],
+                    markersize=4, linewidth=1, label=run)
+        ax.axhline(0, color="grey", linewidth=0.6)
+        ax.axvline(0, color="grey", linewidth=0.6)
+        ax.set_xlabel("ΔPass@1 (points)")
+        ax.set_ylabel(f"ΔPass@{k} (points)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
     return _save(fig, path)
 
 

@@ -7,6 +7,8 @@
   the held-out problems);
 * :mod:`~zoopt.study.claims` — C1–C8 computed from the runs' per-problem evaluations;
 * :mod:`~zoopt.study.narrowing` — C1S, C1's strong form over seeds, checkpoints and temperatures;
+* :mod:`~zoopt.study.frontier` — ΔPass@k against ΔPass@1 along the runs' checkpoints, and Pass@k
+  at matched Pass@1 gain (``zoopt frontier``);
 * :mod:`~zoopt.study.moved_weights` — C3's numbers of the weights: drift, shares of small moves,
   the τ of each sparsity level;
 * :mod:`~zoopt.study.outcome` — every claim of a spec judged from the runs' records;
