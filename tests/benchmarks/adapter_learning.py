@@ -2,7 +2,7 @@
 base) at equal rollouts on the demo task, 3 seeds, paired over the same held-out problems.
 
     python tests/benchmarks/adapter_learning.py --adapter-sigma S --adapter-lr A
-        [--seeds 0,1,2] [--arms full,adapter-bf16,adapter-int8] [--root runs/adapter-learning]
+        [--seeds 0,1,2] [--arms full,adapter-bf16,adapter-int8] [--root docs/results/adapter_learning]
         [--out docs/results/adapter_learning.json] [--set KEY=VALUE ...]
 
 Every arm is ``zoopt train`` with its defaults — the embedded SmolLM2-135M-Instruct, here in fp32
@@ -21,7 +21,10 @@ two-digit addition, N=16, 32 prompts a step, 15 steps (7,680 completions), greed
 After training, ``zoopt eval --model RUN --n 0`` scores the run's final weights greedily on the
 200 held-out problems (``eval.n_problems``) and writes ``per_problem.csv``; its accuracy must
 equal the run's own ``eval_after.json`` (checked).  A run whose ``heldout/per_problem.csv``
-exists is not run again (the script resumes).
+exists is not run again (the script resumes).  The run directories live under
+``docs/results/adapter_learning/`` and their small files (config, seed log, metrics, evaluations,
+wall time) are committed as each run finishes, its weights (``model/``) and plot never: a later
+session on a fresh machine resumes with the runs still missing.
 
 Reported per arm: held-out greedy accuracy before and after, per seed and averaged over seeds;
 per pair of arms the paired difference of per-problem accuracy averaged over seeds, with its 95 %
@@ -42,6 +45,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parents[1] / "docs" / "results" / "adapter_learning.json"
+DEFAULT_ROOT = HERE.parents[1] / "docs" / "results" / "adapter_learning"
 ARMS = ("full", "adapter-bf16", "adapter-int8")
 N_BOOT = 10_000
 
@@ -104,7 +108,7 @@ def main() -> None:
     p.add_argument("--adapter-lr", type=float, required=True)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--root", type=Path, default=Path("runs/adapter-learning"))
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
