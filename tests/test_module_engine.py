@@ -180,3 +180,22 @@ def test_noise_cache_changes_no_result_and_is_bounded():
     tight = ModuleEngine(small_net(), noise_cache_bytes=5000)
     tight.perturb(Gaussian(), 1, 0.01)
     assert 0 < tight.weights.noise_cache_used <= 5000
+
+
+def test_the_apply_reads_the_noise_cache_for_a_tensor_with_any_seed_kept_and_draws_the_rest():
+    """MasterWeights.sampler: a tensor with some of the update's seeds kept reads them from the
+    cache (the others drawn one by one), a tensor with none draws all in batches; the same bits."""
+    from zoopt.engines.weights import MasterWeights
+
+    noise, seeds = Gaussian(), [3, 4, 5]
+    update = Update(seeds=tuple(seeds), coefficients=(0.1, -0.2, 0.3))
+    sums = []
+    for kept in ([], [4], seeds):
+        w = MasterWeights.of_module(torch.nn.Linear(6, 5), noise_cache_bytes=2**20)
+        for seed in kept:
+            w.noise(noise, seed, "weight", keep=True)
+        assert (w.sampler(noise, "weight", seeds) is None) == (not kept)
+        assert w.sampler(noise, "bias", seeds) is None  # nothing of "bias" kept
+        sums.append({n: w.delta(noise, update, n) for n in ("weight", "bias")})
+    for other in sums[1:]:
+        assert all(torch.equal(other[n], sums[0][n]) for n in ("weight", "bias"))

@@ -219,9 +219,10 @@ class MasterWeights:
     # -- noise ------------------------------------------------------------------------------
     def sampler(self, noise: Noise, name: str, seeds: Iterable[int]) -> Callable[[int], torch.Tensor] | None:
         """What ``noise.combine``/``combine_rows`` should draw ``ε(seed, name)`` for ``seeds`` with:
-        the cache when it holds every one of them, else None — the noise then draws several seeds
-        per call (:meth:`Noise.combine`, several times faster than one by one), the same bits."""
-        if not all((noise, int(s), name) in self._cache for s in seeds):
+        :meth:`noise` (the cache, else one seed drawn) when the cache holds any of them, else None
+        — the noise then draws several seeds per call (:meth:`Noise.combine`, several times faster
+        than one by one for small tensors), the same bits either way."""
+        if not any((noise, int(s), name) in self._cache for s in seeds):
             return None
         return lambda seed: self.noise(noise, seed, name)
 
