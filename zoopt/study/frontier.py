@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..metrics import bootstrap_ci
+from . import narrowing
 from .verdict import N_BOOT
 
 RUN_NAME = re.compile(r"^(?P<method>[A-Za-z][\w.]*?)(?:-s(?P<seed>\d+))?$")
@@ -65,11 +66,11 @@ def _read(path: Path) -> dict:
 
 
 def per_problem(ev: dict, key: str, where: str) -> np.ndarray:
-    """Per-problem ``key`` (``pass@k``) of one evaluation; a missing one is a one-line error."""
-    values = [rec.get(key) for rec in ev.get("per_problem", ())]
-    if not values or any(v is None for v in values):
-        raise ValueError(f"frontier: {where} has no per-problem {key!r}")
-    return np.asarray(values, dtype=np.float64)
+    """:func:`zoopt.study.narrowing.per_problem`, its one-line error naming the evaluation."""
+    try:
+        return narrowing.per_problem(ev, key)
+    except ValueError as e:
+        raise ValueError(f"frontier: {where}: {e}") from None
 
 
 def load_study(study_dir: str | Path) -> tuple[dict, list[Curve]]:
