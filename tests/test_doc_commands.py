@@ -117,6 +117,7 @@ TINY = {  # appended to every line of the command (later --set items win)
     "export": [],
     "sweep": ["--n-trials", "2"],
     "study": ["--profile", "smoke", *sets("claims=[C1]"), "--quiet"],
+    "frontier": [],  # reads committed evaluations only: the real study is already small
 }
 RUN = "{work}/run"  # the README's runs/arithmetic-...
 SUBS = {"smollm2-135m": "tiny", "runs/arithmetic-...": RUN, "runs/es-run": RUN, "final/": "{work}/final",
@@ -186,6 +187,9 @@ LINES: dict[str, Case] = {
     "zoopt analyze runs/arithmetic-... --population-coverage --members 32 --coverage-ks 1,4,16,32": Case(
         needs_run=True, subs={"--members 32": "--members 4", "--coverage-ks 1,4,16,32": "--coverage-ks 1,2,4"},
         extra=("--n-problems", "2", "--max-new-tokens", "2")),
+    "zoopt frontier docs/results/coverage/study --out docs/results/coverage/frontier": Case(
+        subs={"docs/results/coverage/study": str(ROOT / "docs/results/coverage/study"),
+              "docs/results/coverage/frontier": "{work}/frontier"}, out=False),
     # docs/sweeps.md (its `default` line is README's)
     "zoopt sweep tiny --run-root /tmp/sweeps": Case(subs={"/tmp/sweeps": "{work}/sweeps"}),
     "zoopt sweep update-rules": Case(),
