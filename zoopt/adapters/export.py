@@ -9,12 +9,18 @@
   (the engine's own base stays frozen and unmerged).
 
 Both directories appear atomically (written beside, renamed into place).
+
+- :func:`read_adapter`: the other way, an adapter directory's base, scale and tensors, for an
+  adapter-space engine that starts from it (``zoopt eval --model RUN`` of an adapter run).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterable
+
+import json
+from dataclasses import dataclass
 
 import torch
 
@@ -51,4 +57,42 @@ def merge_adapter(adapter_dir: str | Path, directory: str | Path, base_model: st
     return Path(directory).absolute()
 
 
-__all__ = ["save_adapter", "merge_adapter"]
+@dataclass(frozen=True)
+class SavedAdapter:
+    """An adapter directory's content: the base it sits on, its rank and ``lora_alpha`` (which
+    scale B·A), and its tensors under the names PEFT saves (adapter space's logical names)."""
+
+    base_model: str
+    r: int
+    lora_alpha: float
+    tensors: dict[str, torch.Tensor]
+
+    def check_matches(self, adapter, source: str) -> None:
+        """The configured ``adapter`` must scale B·A as this one did: another ``r`` or
+        ``lora_alpha`` is a one-line ``ValueError`` naming ``source``."""
+        if (self.r, self.lora_alpha) != (adapter.r, adapter.lora_alpha):
+            raise ValueError(f"adapter: {source!r} has r={self.r}, lora_alpha={self.lora_alpha:g}; "
+                             f"the configured adapter r={adapter.r}, lora_alpha={adapter.lora_alpha:g}")
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    return (Path(path).expanduser() / "adapter_config.json").is_file()
+
+
+def read_adapter(directory: str | Path) -> SavedAdapter:
+    """Read what :func:`save_adapter` wrote (or PEFT's ``save_pretrained``); a directory without
+    its base named or without ``adapter_model.safetensors`` is a one-line ``ValueError``."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory).expanduser()
+    config = json.loads((directory / "adapter_config.json").read_text())
+    if not config.get("base_model_name_or_path"):
+        raise ValueError(f"adapter {str(directory)!r}: its adapter_config.json names no base model")
+    weights = directory / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ValueError(f"adapter {str(directory)!r} has no adapter_model.safetensors")
+    return SavedAdapter(str(config["base_model_name_or_path"]), int(config["r"]), float(config["lora_alpha"]),
+                        load_file(str(weights)))
+
+
+__all__ = ["save_adapter", "merge_adapter", "read_adapter", "is_adapter_dir", "SavedAdapter"]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..adapters.attach import ADAPTER, attach, base_digest, is_adapter, logical_name
-from ..adapters.export import merge_adapter, save_adapter
+from ..adapters.export import is_adapter_dir, merge_adapter, read_adapter, save_adapter
 from ..adapters.quantize import check_quantization, quantize_base
 from .adapter_rows import AdapterRows
 from ..adapters.space import AdapterSpace
@@ -86,12 +86,24 @@ class HFEngine(ModuleEngine, Engine):
                         adapter: AdapterSpace | None = None, **kw) -> "HFEngine":
         """Load with :func:`zoopt.models.load_model` (``"smollm2-135m"``, ``"tiny:SEED"``, a path);
         ``quantization`` (``none``/``int8``/``int4``, adapter space only) quantizes the frozen base
-        before the adapter is attached (:mod:`zoopt.adapters.quantize`)."""
+        before the adapter is attached (:mod:`zoopt.adapters.quantize`).
+
+        In adapter space, ``name_or_path`` may be an adapter directory (what an adapter-space run
+        exports): its base is loaded (and quantized), ``adapter`` attached and the directory's
+        tensors loaded as the weights (:func:`~zoopt.adapters.export.read_adapter`); an ``r`` or
+        ``lora_alpha`` other than ``adapter``'s is a one-line error.  (Outside adapter space an
+        adapter directory loads as a model with the adapter in it, :func:`load_model`.)"""
         check_quantization(quantization, "adapter" if adapter is not None else "full")
-        model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
+        saved = read_adapter(name_or_path) if adapter is not None and is_adapter_dir(name_or_path) else None
+        base = saved.base_model if saved is not None else name_or_path
+        if saved is not None:
+            saved.check_matches(adapter, str(name_or_path))
+        model, tokenizer = load_model(base, dtype=dtype, device=device)
         quantize_base(model, quantization)
         engine = cls(model, tokenizer, adapter=adapter, **kw)
-        engine.model_name, engine.model_dtype, engine.quantization = str(name_or_path), str(dtype), quantization
+        if saved is not None:  # start from the saved adapter: its tensors are the weights
+            engine.load_weights(saved.tensors)
+        engine.model_name, engine.model_dtype, engine.quantization = str(base), str(dtype), quantization
         return engine
 
     quantization = "none"  # the base's weight-only quantization (set by from_pretrained)

@@ -92,6 +92,11 @@ class ModuleEngine(WeightsEngine):
         e.g. GRPO, changed the module in place).  Perturbed weights are refused."""
         self.weights.take_working()
 
+    def load_weights(self, named_tensors) -> None:
+        """Set the weights (logical names: HF's, or PEFT's in adapter space) and take them as the
+        new master, exactly (:meth:`MasterWeights.load`: every name, no other, the same shapes)."""
+        self.weights.load(dict(named_tensors))
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The fp32 master by parameter name (the tensors themselves, not copies)."""
         return dict(self.weights.master)

@@ -216,6 +216,28 @@ class MasterWeights:
         for pname, m in self.master.items():
             m.copy_(self.params[pname].detach())
 
+    @torch.no_grad()
+    def load(self, tensors: Mapping[str, torch.Tensor], source: str = "weights") -> None:
+        """Set the master to ``tensors`` (logical name → tensor; cast to fp32, exactly the
+        names and shapes held) and the working weights to it.  A missing, extra or misshapen
+        name is a one-line ``ValueError`` naming it and ``source``; nothing is written then."""
+        missing = [n for n in self.shapes if n not in tensors]
+        extra = [n for n in tensors if n not in self.shapes]
+        if missing or extra:
+            what = f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which these weights do not"
+            raise ValueError(f"{source} {what} ({len(missing)} missing, {len(extra)} unexpected)")
+        for name, shape in self.shapes.items():
+            if tuple(tensors[name].shape) != shape:
+                raise ValueError(f"{source}: {name!r} has shape {tuple(tensors[name].shape)}, these weights {shape}")
+        self.restore()
+        self.clear_noise_cache()
+        for name, pieces in self.layout.items():
+            value = tensors[name].detach().to(torch.float32)
+            for piece in pieces:
+                self.master[piece.param][piece.pslice].copy_(value[piece.hslice])
+        for pname, m in self.master.items():
+            self.params[pname].copy_(m)
+
     # -- noise ------------------------------------------------------------------------------
     def sampler(self, noise: Noise, name: str, seeds: Iterable[int]) -> Callable[[int], torch.Tensor] | None:
         """What ``noise.combine``/``combine_rows`` should draw ``ε(seed, name)`` for ``seeds`` with:

@@ -33,8 +33,12 @@ files vLLM loads), equal to ``HFEngine.base_checksum()`` for the same model and 
 log written on one engine resumes and exports on the other.  (vLLM's own copy of the base is not
 read back; nothing ever writes it.)
 
+An adapter directory as the model (``zoopt eval --model RUN`` of an adapter run) starts from its
+tensors instead (:func:`zoopt.adapters.export.read_adapter`, then :meth:`load_weights`), on the
+base it names.
+
 **Not here:** torchao's ``int8``/``int4`` (the HF engine's quantized bases; a quantized base on
-vLLM is a checkpoint vLLM loads quantized), GRPO weight sync (``load_weights``), and
+vLLM is a checkpoint vLLM loads quantized), GRPO (its config is refused), and
 ``master_device`` (the master is on the driver's CPU).
 """
 
@@ -173,9 +177,13 @@ class AdapterSpaceMixin:
         """The fp32 master by logical (PEFT) name — the names the noise is keyed by."""
         return dict(self.weights.items(master=True))
 
-    def load_weights(self, named_tensors):
-        raise NotImplementedError("load_weights: adapter space on the vllm engine runs ES only "
-                                  "(GRPO in adapter space runs on the hf engine)")
+    def load_weights(self, named_tensors) -> None:
+        """Set the adapter (every tensor, under its logical PEFT name) and take it as the new
+        master (:meth:`MasterWeights.load`): how an engine starts from a saved adapter.  (GRPO in
+        adapter space runs on the hf engine; the config refuses it here.)"""
+        self.weights.load(dict(named_tensors), "load_weights")
+        self._applies += 1
+        self._key = ("master", self._applies)
 
     def export_pretrained(self, directory: str | Path) -> Path:
         """A PEFT adapter directory of the fp32 master (:func:`~zoopt.adapters.export.save_adapter`,

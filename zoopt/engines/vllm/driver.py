@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from ...adapters.export import is_adapter_dir, read_adapter
 from ...models import resolve_dtype
 from ...noise import LowRank, Noise
 from ...runs.atomic import atomic_directory
@@ -117,7 +118,8 @@ class VLLMEngine(RemoteWeights, Engine):
         that many adapter slots, the largest population the batched path runs in one call;
         ``max_lora_rank`` (default 1, ≥ the noise's rank) is rounded up to a rank vLLM takes (1, 8, 16, …).
         ``adapter`` (an :class:`~zoopt.adapters.AdapterSpace`): adapter space, a
-        :class:`VLLMAdapterEngine` is returned (LoRA always on).
+        :class:`VLLMAdapterEngine` is returned (LoRA always on); ``name_or_path`` may then be an
+        adapter directory, the engine starting from its tensors on the base it names.
         ``quantization``: ``none``; torchao's ``int8``/``int4`` are the HF engine's and refused
         here (a quantized base on vLLM is a checkpoint vLLM loads quantized); any other value is
         vLLM's own ``quantization`` argument, passed on.
@@ -148,6 +150,10 @@ class VLLMEngine(RemoteWeights, Engine):
             max_lora_rank = round_lora_rank(1 if max_lora_rank is None else max_lora_rank,
                                             typing.get_args(MaxLoRARanks))
             llm_kwargs.update(enable_lora=True, max_loras=int(max_loras), max_lora_rank=max_lora_rank)
+        saved = read_adapter(name_or_path) if adapter is not None and is_adapter_dir(name_or_path) else None
+        if saved is not None:  # start from a saved adapter, on the base it names
+            saved.check_matches(adapter, str(name_or_path))
+            name_or_path = saved.base_model
         path = resolve_model_dir(name_or_path)
         if kind == "cpu":
             check_cpu_head_dim(path)
@@ -165,10 +171,13 @@ class VLLMEngine(RemoteWeights, Engine):
         )
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         tokenizer.padding_side = "left"
-        return engine_cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
-                          prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
-                          population=population, max_loras=max_loras,
-                          max_lora_rank=max_lora_rank if max_loras or adapter else None, **extra)
+        engine = engine_cls(llm, tokenizer, path, master_device=master_device, system_prompt=system_prompt,
+                            prefix_caching=enable_prefix_caching, noise_cache_bytes=noise_cache_bytes, device=kind,
+                            population=population, max_loras=max_loras,
+                            max_lora_rank=max_lora_rank if max_loras or adapter else None, **extra)
+        if saved is not None:
+            engine.load_weights(saved.tensors)
+        return engine
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
