@@ -115,3 +115,22 @@ def test_a_run_on_other_problems_is_refused(study):
     (study / "runs" / "grpo" / "eval.json").write_text(json.dumps(evaluation([0.6] * 4, [0.2] * 4, golds=list("abcd"))))
     with pytest.raises(ValueError, match="grpo at step 20 is not evaluated on the base's problems"):
         report([study], ks=[8], targets=[0.1])
+
+
+def test_a_labelled_study_counts_as_other_methods(study, tmp_path):
+    """One study per GRPO beta: DIR=LABEL keeps their runs apart; unlabelled, the names collide."""
+    other = tmp_path / "beta"
+    base = other / "runs" / "base"
+    base.mkdir(parents=True)
+    (base / "eval.json").write_text(json.dumps(evaluation([0.2] * 4, [0.5] * 4)))
+    # grpo with a KL penalty: step 10 (+0.2, −0.1), final step 20 (+0.4, −0.2)
+    write_run(other, "grpo", [("phase0-grpo-10.json", [0.4] * 4, [0.4] * 4), ("final", [0.6] * 4, [0.3] * 4)], [20])
+    rep = report([study, f"{other}=beta 0.04"], ks=[8], targets=[0.2])
+    row = rep["matched"][0]
+    assert set(row["methods"]) == {"es", "grpo", "grpo (beta 0.04)"}
+    assert row["methods"]["grpo (beta 0.04)"]["value"] == pytest.approx(-0.1)
+    assert row["differences"]["grpo - grpo (beta 0.04)"]["value"] == pytest.approx(-0.1)
+    with pytest.raises(ValueError, match="run names repeat"):
+        report([study, other], ks=[8], targets=[0.2])
+    with pytest.raises(ValueError, match="an empty label"):
+        report([study, f"{other}="], ks=[8], targets=[0.2])

@@ -259,3 +259,14 @@ def test_sizing_is_the_paired_formula_on_the_seed_averaged_differences():
     sd = 0.3 * (100 / 99) ** 0.5
     assert z["sd_d"] == pytest.approx(sd) and z["problems"] == 100 and z["seeds"] == 3
     assert z["problems_needed"] == math.ceil((2.8015876 * sd / 0.03) ** 2) == 793
+
+
+def test_the_grpo_early_profile_plans_ten_grpo_steps_checkpointed_every_two():
+    """Issue 43's GRPO early frontier: 2,560 completions = 10 steps of 32 × 8, checkpoints at 2, 4, 6, 8."""
+    spec = load_study_spec("coverage", "grpo-early", ["grpo.beta=0.04"])
+    cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))
+    runs = study_seeds.plan_runs(spec, cfg, 500)
+    assert {"base", "grpo", "grpo-s1", "grpo-s2"} <= set(runs)
+    (phase,) = runs["grpo-s2"]["phases"]
+    assert phase.steps == 10 and phase.cfg["checkpoint_every"] == 2 and phase.cfg["beta"] == 0.04
+    assert spec["final_temperatures"] is None and spec["eval"]["n_problems"] == 337

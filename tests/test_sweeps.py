@@ -240,6 +240,26 @@ def test_packaged_specs_load():
     assert default.steps_for(default.base) == 4096 // (16 * 32)
 
 
+def test_the_frontier_spec_searches_at_a_fixed_budget_on_the_validation_split():
+    """Issue 43's ES Pareto sweep: Pass@1 and Pass@64 on train[:200], 10,240 completions a trial
+    whatever N, and every corner of its space a valid train config."""
+    from itertools import product
+
+    from zoopt.hparams import validate
+
+    spec = sweeps.load_spec("frontier")
+    assert spec.metric_names == ["pass@1", "pass@64"] and spec.sampler[0] == "nsga2"
+    assert spec.base["objective"] == "zoopt.study.validation:ValidationSplit"
+    assert spec.base["objective_args"]["n_validation"] == spec.base["eval"]["n_problems"] == 200
+    assert spec.paper_trial() == {"sigma": 1.5e-3, "lr": 2.5e-4, "population_size": 32}
+    for n, kind, rule, shaping in product([16, 32, 64], ["gaussian", "low_rank"], ["sgd", "adam"],
+                                          ["zscore", "centered_rank"]):
+        cfg = spec.trial_config({"population_size": n, "noise.kind": kind, "update.rule": rule,
+                                 "shaping": shaping}, None)
+        validate(cfg, "train")
+        assert cfg["steps"] * n * cfg["prompts_per_step"] == 10240
+
+
 # -- the CLI command -------------------------------------------------------------------------
 def test_cli_sweep_command(tmp_path, capsys):
     from zoopt.cli import build_parser

@@ -73,8 +73,22 @@ def per_problem(ev: dict, key: str, where: str) -> np.ndarray:
         raise ValueError(f"frontier: {where}: {e}") from None
 
 
-def load_study(study_dir: str | Path) -> tuple[dict, list[Curve]]:
-    """``(base evaluation, curves)`` of one study directory (module docstring)."""
+def split_label(arg: str | Path) -> tuple[Path, str | None]:
+    """``DIR`` or ``DIR=LABEL`` (a command-line study argument) → ``(DIR, LABEL or None)``."""
+    text = str(arg)
+    if "=" in text:
+        path, label = text.rsplit("=", 1)
+        if not label.strip():
+            raise ValueError(f"frontier: {text!r}: an empty label after '='")
+        return Path(path), label.strip()
+    return Path(text), None
+
+
+def load_study(study_dir: str | Path, label: str | None = None) -> tuple[dict, list[Curve]]:
+    """``(base evaluation, curves)`` of one study directory (module docstring).  With ``label``
+    its runs count as other methods — ``grpo`` becomes ``grpo (LABEL)`` — so studies of one method
+    with different settings (GRPO's ``beta``) stay apart."""
+    tag = "" if label is None else f" ({label})"
     runs = Path(study_dir) / "runs"
     if not runs.is_dir():
         raise FileNotFoundError(f"frontier: {study_dir} has no runs/ directory (not a study directory)")
@@ -96,7 +110,7 @@ def load_study(study_dir: str | Path) -> tuple[dict, list[Curve]]:
         final = (offsets[-1], _read(run / "eval.json"))
         if not points or points[-1][0] < final[0]:
             points.append(final)
-        curves.append(Curve(run.name, match["method"], int(match["seed"] or 0),
+        curves.append(Curve(run.name + tag, match["method"] + tag, int(match["seed"] or 0),
                             tuple(s for s, _ in points), tuple(e for _, e in points)))
     return base, curves
 
@@ -226,9 +240,9 @@ def combine(studies: Sequence[tuple[dict, list[Curve]]]) -> tuple[dict, list[Cur
 
 def report(study_dirs: Sequence[str | Path], ks: Sequence[int] = (8, 32, 64), targets: Sequence[float] | None = None,
            match_k: int | None = None, seed: int = 0) -> dict:
-    """The frontier of the runs in ``study_dirs``: every point, and ΔPass@``match_k`` (default the
+    """The frontier of the runs in ``study_dirs`` (each ``DIR`` or ``DIR=LABEL``, :func:`split_label`): every point, and ΔPass@``match_k`` (default the
     largest ``k``) at matched ΔPass@1 ``targets`` (default :func:`default_targets`)."""
-    base, curves = combine([load_study(d) for d in study_dirs])
+    base, curves = combine([load_study(*split_label(d)) for d in study_dirs])
     if not curves:
         raise ValueError(f"frontier: no evaluated runs in {', '.join(map(str, study_dirs))}")
     match_k = max(ks) if match_k is None else match_k
