@@ -26,8 +26,11 @@ TOP_KEYS = ("name", "method", "base", "set", "space", "objectives", "budget", "s
 METHODS = {"es": "train", "grpo": "grpo"}
 SAMPLERS = ("tpe", "random", "grid", "nsga2")
 PRUNERS = ("none", "median", "hyperband")
-# σ, α, N of "Evolution Strategies at Scale" (Qiu et al. 2025), enqueued as trial 0 on request
-PAPER_DEFAULTS = {"sigma": 1.5e-3, "lr": 2.5e-4, "population_size": 32}
+# the ES recipe of "Evolution Strategies at Scale" (Qiu et al. 2025) and of the paper zoopt studies:
+# σ, α, N and a one-point estimator with z-scored rewards, Gaussian noise, a plain step; enqueued
+# as trial 0 on request, restricted to the keys a spec searches
+PAPER_DEFAULTS = {"sigma": 1.5e-3, "lr": 2.5e-4, "population_size": 32, "estimator": "one_point",
+                  "shaping": "zscore", "noise.kind": "gaussian", "update.rule": "sgd"}
 METRIC = re.compile(r"^(greedy_accuracy|mean_reward|reward|(pass|maj)@([1-9][0-9]*))$")
 NOT_SWEPT = ("steps", "run_dir")  # set by the sweep itself
 
@@ -104,7 +107,8 @@ class SweepSpec:
         return cfg
 
     def paper_trial(self) -> dict[str, Any]:
-        """The paper's σ, α, N restricted to the searched keys (validated to lie in the space)."""
+        """The paper's recipe (:data:`PAPER_DEFAULTS`) restricted to the searched keys (validated to
+        lie in the space)."""
         return {k: v for k, v in PAPER_DEFAULTS.items() if k in self.space}
 
 
