@@ -89,3 +89,17 @@ def test_zoopt_eval_of_an_adapter_run_scores_its_trained_adapter(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["checksum"] == after["checksum"]
     assert summary["greedy_accuracy"] == after["greedy_accuracy"]
+
+
+def test_state_dict_and_load_weights_speak_the_saved_names(tmp_path):
+    """In adapter space the master is named as PEFT saves it (the noise's keys), on every engine."""
+    from safetensors.torch import load_file
+
+    e = trained("float32")
+    saved = load_file(str(e.export_pretrained(tmp_path / "adapter") / "adapter_model.safetensors"))
+    state = e.state_dict()
+    assert list(state) == list(e.weights.shapes) and set(state) == set(saved)
+    assert all(torch.equal(state[n], saved[n]) for n in saved)
+    fresh = HFEngine.from_pretrained("tiny:0", adapter=SPACE)
+    fresh.load_weights(state)
+    assert fresh.master_checksum() == e.master_checksum()

@@ -98,8 +98,10 @@ class ModuleEngine(WeightsEngine):
         self.weights.load(dict(named_tensors))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The fp32 master by parameter name (the tensors themselves, not copies)."""
-        return dict(self.weights.master)
+        """The fp32 master by logical name — the names the noise is keyed by and
+        :meth:`load_weights` takes: HF's, or in adapter space PEFT's saved names, as the vLLM
+        engine's (the tensors themselves, not copies)."""
+        return dict(self.weights.items(master=True))
 
     def export(self, directory: str | Path) -> Path:
         """Write the working weights as ``model.safetensors`` (atomically) and return the path."""
