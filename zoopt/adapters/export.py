@@ -16,11 +16,10 @@ Both directories appear atomically (written beside, renamed into place).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable
-
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
 
 import torch
 
@@ -95,4 +94,15 @@ def read_adapter(directory: str | Path) -> SavedAdapter:
                         load_file(str(weights)))
 
 
-__all__ = ["save_adapter", "merge_adapter", "read_adapter", "is_adapter_dir", "SavedAdapter"]
+def saved_start(name_or_path: str | Path, adapter) -> SavedAdapter | None:
+    """What an engine in adapter space (``adapter`` not None) starts from when ``name_or_path`` is
+    an adapter directory: its content, checked against ``adapter`` (:meth:`SavedAdapter.check_matches`);
+    None otherwise (a base model, or full space)."""
+    if adapter is None or not is_adapter_dir(name_or_path):
+        return None
+    saved = read_adapter(name_or_path)
+    saved.check_matches(adapter, str(name_or_path))
+    return saved
+
+
+__all__ = ["save_adapter", "merge_adapter", "read_adapter", "is_adapter_dir", "saved_start", "SavedAdapter"]

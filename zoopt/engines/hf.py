@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..adapters.attach import ADAPTER, attach, base_digest, is_adapter, logical_name
-from ..adapters.export import is_adapter_dir, merge_adapter, read_adapter, save_adapter
+from ..adapters.export import merge_adapter, save_adapter, saved_start
 from ..adapters.quantize import check_quantization, quantize_base
 from .adapter_rows import AdapterRows
 from ..adapters.space import AdapterSpace
@@ -90,14 +90,12 @@ class HFEngine(ModuleEngine, Engine):
 
         In adapter space, ``name_or_path`` may be an adapter directory (what an adapter-space run
         exports): its base is loaded (and quantized), ``adapter`` attached and the directory's
-        tensors loaded as the weights (:func:`~zoopt.adapters.export.read_adapter`); an ``r`` or
+        tensors loaded as the weights (:func:`~zoopt.adapters.export.saved_start`); an ``r`` or
         ``lora_alpha`` other than ``adapter``'s is a one-line error.  (Outside adapter space an
         adapter directory loads as a model with the adapter in it, :func:`load_model`.)"""
         check_quantization(quantization, "adapter" if adapter is not None else "full")
-        saved = read_adapter(name_or_path) if adapter is not None and is_adapter_dir(name_or_path) else None
+        saved = saved_start(name_or_path, adapter)
         base = saved.base_model if saved is not None else name_or_path
-        if saved is not None:
-            saved.check_matches(adapter, str(name_or_path))
         model, tokenizer = load_model(base, dtype=dtype, device=device)
         quantize_base(model, quantization)
         engine = cls(model, tokenizer, adapter=adapter, **kw)

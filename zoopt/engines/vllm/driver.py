@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from ...adapters.export import is_adapter_dir, read_adapter
+from ...adapters.export import saved_start
 from ...models import resolve_dtype
 from ...noise import LowRank, Noise
 from ...runs.atomic import atomic_directory
@@ -150,9 +150,8 @@ class VLLMEngine(RemoteWeights, Engine):
             max_lora_rank = round_lora_rank(1 if max_lora_rank is None else max_lora_rank,
                                             typing.get_args(MaxLoRARanks))
             llm_kwargs.update(enable_lora=True, max_loras=int(max_loras), max_lora_rank=max_lora_rank)
-        saved = read_adapter(name_or_path) if adapter is not None and is_adapter_dir(name_or_path) else None
+        saved = saved_start(name_or_path, adapter)
         if saved is not None:  # start from a saved adapter, on the base it names
-            saved.check_matches(adapter, str(name_or_path))
             name_or_path = saved.base_model
         path = resolve_model_dir(name_or_path)
         if kind == "cpu":
