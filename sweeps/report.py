@@ -9,7 +9,10 @@
   drawn is skipped with a logged reason and never fails the sweep;
 * ``best.yaml``: the best trial's full train config (``run_dir: null``), ready for
   ``zoopt train --config best.yaml`` (``zoopt grpo --config best.yaml`` for a GRPO sweep).  With several objectives the best trial is the one on
-  the Pareto front that is best on the first objective.
+  the Pareto front that is best on the first objective;
+* ``front.yaml`` (several objectives): every trial of the Pareto front in trial order, each as
+  ``{trial, values: {metric: value}, params: {key: value}}`` — what a user retrains, as
+  ``--set`` items of the same keys.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Report:
     plots: dict[str, Path] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # plot name → reason
     best_yaml: Path | None = None
+    front_yaml: Path | None = None
 
 
 def metric_names(study: optuna.Study) -> list[str]:
@@ -113,6 +117,17 @@ def write_best_config(trial: FrozenTrial, path: str | Path, method: str = "es") 
     return path
 
 
+def write_front(study: optuna.Study, path: str | Path) -> Path:
+    """Write the Pareto front of a multi-objective ``study`` (module docstring) as YAML."""
+    names = metric_names(study)
+    front = [{"trial": t.number, "values": dict(zip(names, (float(v) for v in t.values))), "params": dict(t.params)}
+             for t in sorted(study.best_trials, key=lambda t: t.number)]
+    path = Path(path)
+    path.write_text(f"# the Pareto front of sweep {study.study_name!r} over {', '.join(names)}\n"
+                    + yaml.safe_dump(front, sort_keys=False))
+    return path
+
+
 def write_report(study: optuna.Study, out_dir: str | Path) -> Report:
     """Plots under ``out_dir/plots`` and ``out_dir/best.yaml``; see the module docstring."""
     out_dir = Path(out_dir)
@@ -131,6 +146,8 @@ def write_report(study: optuna.Study, out_dir: str | Path) -> Report:
     if best is not None and "config" in best.user_attrs:
         report.best_yaml = write_best_config(best, out_dir / "best.yaml",
                                              method=study.user_attrs.get("method", "es"))
+    if best is not None and len(study.directions) > 1:
+        report.front_yaml = write_front(study, out_dir / "front.yaml")
     return report
 
 

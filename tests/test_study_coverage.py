@@ -270,3 +270,19 @@ def test_the_grpo_early_profile_plans_ten_grpo_steps_checkpointed_every_two():
     (phase,) = runs["grpo-s2"]["phases"]
     assert phase.steps == 10 and phase.cfg["checkpoint_every"] == 2 and phase.cfg["beta"] == 0.04
     assert spec["final_temperatures"] is None and spec["eval"]["n_problems"] == 337
+
+
+def test_the_es_front_profile_retrains_a_sweep_configuration_at_twice_its_budget():
+    """Issue 43's retrain of a front trial: its params as ``es.<key>`` sets reach the ES phase; 20,480
+    completions of 64 x 32 are 10 steps, checkpointed at 3, 6 and 9 (``es.checkpoint_every=3``)."""
+    sets = ["es.sigma=0.004", "es.lr=0.0007", "es.population_size=64", "es.shaping=centered_rank",
+            "es.noise.kind=low_rank", "es.update.rule=adam", "es.checkpoint_every=3"]
+    spec = load_study_spec("coverage", "es-front", sets)
+    cfg = study_flow.compare_config(spec, {m: {"chosen": {}} for m in ("es", "grpo")}, Path("r"))
+    runs = study_seeds.plan_runs(spec, cfg, 500)
+    assert {"base", "es", "es-s1", "es-s2"} <= set(runs)
+    (phase,) = runs["es-s2"]["phases"]
+    assert phase.steps == 10 and phase.cfg["checkpoint_every"] == 3
+    assert (phase.cfg["sigma"], phase.cfg["lr"], phase.cfg["shaping"]) == (0.004, 0.0007, "centered_rank")
+    assert phase.cfg["noise"]["kind"] == "low_rank" and phase.cfg["update"]["rule"] == "adam"
+    assert spec["final_temperatures"] is None and spec["eval"]["n_problems"] == 337

@@ -188,6 +188,23 @@ def test_two_objectives_use_nsga2_and_draw_a_pareto_front(tmp_path):
         assert report.plots[name].read_bytes()[:8] == PNG
     best = max(study.trials, key=lambda t: t.params["sigma"])
     assert load_config(report.best_yaml)["sigma"] == best.params["sigma"]
+    front = yaml.safe_load(report.front_yaml.read_text())  # (σ, 1 − σ): every trial is on the front
+    assert [f["trial"] for f in front] == [t.number for t in study.trials]
+
+
+def test_front_yaml_lists_exactly_the_non_dominated_trials(tmp_path):
+    """Three trials on two maximised objectives: (0.2, 0.9) and (0.5, 0.5) are the front, (0.1, 0.4) is
+    dominated by both; front.yaml lists the two in trial order with their values and params."""
+    from sweeps.report import write_front
+
+    study = optuna.create_study(directions=["maximize", "maximize"], study_name="front")
+    study.set_metric_names(["pass@1", "pass@64"])
+    dist = {"sigma": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True)}
+    for sigma, values in ((0.01, [0.2, 0.9]), (0.02, [0.1, 0.4]), (0.03, [0.5, 0.5])):
+        study.add_trial(optuna.trial.create_trial(params={"sigma": sigma}, distributions=dist, values=values))
+    front = yaml.safe_load(write_front(study, tmp_path / "front.yaml").read_text())
+    assert front == [{"trial": 0, "values": {"pass@1": 0.2, "pass@64": 0.9}, "params": {"sigma": 0.01}},
+                     {"trial": 2, "values": {"pass@1": 0.5, "pass@64": 0.5}, "params": {"sigma": 0.03}}]
 
 
 # -- the spec --------------------------------------------------------------------------------

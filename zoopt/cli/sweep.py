@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(best_table(study))
     study_dir = Path(study.user_attrs["study_dir"])
-    best = study_dir / "best.yaml"
-    console.print(f"study directory: {study_dir}" + (f"  best config: {best}" if best.exists() else ""))
+    best, front = study_dir / "best.yaml", study_dir / "front.yaml"
+    console.print(f"study directory: {study_dir}" + (f"  best config: {best}" if best.exists() else "")
+                  + (f"  Pareto front: {front}" if front.exists() else ""))
     return 0
