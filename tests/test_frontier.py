@@ -75,16 +75,16 @@ def test_seeds_average_and_the_ci_comes_from_the_per_problem_data(tmp_path):
     (base / "eval.json").write_text(json.dumps(evaluation([0.0, 0.5, 0.2, 0.1], [0.2, 0.9, 0.5, 0.3])))
     write_run(tmp_path, "es", [("final", [0.2, 0.5, 0.4, 0.1], [0.2, 1.0, 0.6, 0.3])], [10])   # Δ1 .1, Δ8 .05
     write_run(tmp_path, "es-s1", [("final", [0.2, 0.7, 0.2, 0.1], [0.2, 0.9, 0.5, 0.1])], [10])  # Δ1 .1, Δ8 -.05
-    base_ev, curves = load_study(tmp_path)
-    (row,) = matched(base_ev, curves, 8, [0.05])
+    _, curves = load_study(tmp_path)
+    (row,) = matched(curves, 8, [0.05])
     es = row["methods"]["es"]
     assert es["per_seed"] == pytest.approx({"es": 0.025, "es-s1": -0.025})
     assert es["value"] == pytest.approx(0.0)
     assert es["ci"][0] < 0.0 < es["ci"][1]
     # the same run twice as two methods: their paired difference is exactly 0 in every resample
     write_run(tmp_path, "copy", [("final", [0.2, 0.5, 0.4, 0.1], [0.2, 1.0, 0.6, 0.3])], [10])
-    base_ev, curves = load_study(tmp_path)
-    (row,) = matched(base_ev, [c for c in curves if c.name in ("es", "copy")], 8, [0.05])
+    _, curves = load_study(tmp_path)
+    (row,) = matched([c for c in curves if c.name in ("es", "copy")], 8, [0.05])
     assert row["differences"]["copy - es"]["ci"] == [0.0, 0.0]
 
 
@@ -134,3 +134,25 @@ def test_a_labelled_study_counts_as_other_methods(study, tmp_path):
         report([study, other], ks=[8], targets=[0.2])
     with pytest.raises(ValueError, match="an empty label"):
         report([study, f"{other}="], ks=[8], targets=[0.2])
+
+
+def test_each_study_is_measured_against_its_own_base(study, tmp_path):
+    """A later study on a rebuilt base (Pass@1 0.25 here, not 0.2): its run's differences are taken
+    against its own base; the report lists both bases with their digests; a base evaluated on
+    other problems is refused, naming the study."""
+    other = tmp_path / "rebuilt"
+    base = other / "runs" / "base"
+    base.mkdir(parents=True)
+    (base / "eval.json").write_text(json.dumps(evaluation([0.25] * 4, [0.5] * 4)))
+    (other / "base.json").write_text(json.dumps({"digest": "abc"}))
+    # grpo on the rebuilt base: final step 10 at (0.45, 0.4): (+0.2, −0.1) against its own base
+    write_run(other, "grpo", [("final", [0.45] * 4, [0.4] * 4)], [10])
+    rep = report([study, f"{other}=rebuilt"], ks=[8], targets=[0.2])
+    pts = {(p["run"], p["step"]): (p["d_pass@1"], p["d_pass@8"]) for p in rep["points"]}
+    assert pts[("grpo (rebuilt)", 10)] == pytest.approx((0.2, -0.1))
+    assert pts[("grpo", 10)] == pytest.approx((0.2, -0.2))  # the first study's runs: unchanged
+    assert rep["matched"][0]["methods"]["grpo (rebuilt)"]["value"] == pytest.approx(-0.1)
+    assert [(b["digest"], b["pass@1"]) for b in rep["bases"]] == [(None, pytest.approx(0.2)), ("abc", pytest.approx(0.25))]
+    (base / "eval.json").write_text(json.dumps(evaluation([0.25] * 4, [0.5] * 4, golds=list("abcd"))))
+    with pytest.raises(ValueError, match=f"the base of {other} is not evaluated on the base's problems"):
+        report([study, f"{other}=rebuilt"], ks=[8], targets=[0.2])

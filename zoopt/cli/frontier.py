@@ -24,7 +24,7 @@ def _numbers(text: str, kind, flag: str) -> list:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("studies", nargs="+", help="study directories (runs/base/eval.json, runs/<method>[-s<seed>]/...), "
-                                              "all evaluated on the same base; DIR=LABEL names its methods "
+                                              "each run against its own study's base (evaluated on the same problems); DIR=LABEL names its methods "
                                               "'<method> (LABEL)' (e.g. one study per GRPO beta)")
     p.add_argument("--k", default="8,32,64", help="the Pass@k of the panels (default 8,32,64)")
     p.add_argument("--at", help="matched ΔPass@1 gains, as fractions (0.05 = 5 points); default: 3 evenly spaced "

@@ -9,6 +9,14 @@ Every evaluated checkpoint ``c`` of every run ``r`` (a method trained with one s
 with each coordinate's 95 % percentile-bootstrap CI over problems.  A run's curve starts at the
 base (``c = 0``: both 0) and follows its checkpoints in training order (the final weights last).
 
+**Several studies.**  Each run's differences are taken against its own study's base evaluation.
+Studies run in other sessions start from the same base *model* (a warm-up built from the same
+recipe), but the warm-up's bits depend on the machine and library versions that built it (the
+coverage study's base and a later rebuild differ by 0.005 points of Pass@1), so the bases need
+not be bit-identical; they must be evaluated on the same problems in the same order, and the
+report lists every study's base (its weights' digest from ``base.json`` and its Pass@k) so
+that a difference between them is in view.
+
 **Matched Pass@1.**  At a target gain ``t > 0`` a run's curve is read where it first reaches
 ``t``: between the consecutive points ``c−1, c`` with ``D1_{c−1} < t ≤ D1_c``,
 
@@ -33,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -56,6 +64,7 @@ class Curve:
     seed: int
     steps: tuple[int, ...]
     evals: tuple[dict, ...]
+    base: dict = field(compare=False, repr=False)  # its study's base evaluation
 
 
 def _read(path: Path) -> dict:
@@ -111,7 +120,7 @@ def load_study(study_dir: str | Path, label: str | None = None) -> tuple[dict, l
         if not points or points[-1][0] < final[0]:
             points.append(final)
         curves.append(Curve(run.name + tag, match["method"] + tag, int(match["seed"] or 0),
-                            tuple(s for s, _ in points), tuple(e for _, e in points)))
+                            tuple(s for s, _ in points), tuple(e for _, e in points), base))
     return base, curves
 
 
@@ -121,8 +130,10 @@ def _same_problems(base: dict, other: dict, where: str) -> None:
         raise ValueError(f"frontier: {where} is not evaluated on the base's problems (golds differ)")
 
 
-def differences(base: dict, curve: Curve, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(d1, dk)``, each ``(1 + C, P)``: row 0 the base (zeros), row c the c-th evaluation."""
+def differences(curve: Curve, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(d1, dk)``, each ``(1 + C, P)``, against the curve's own base: row 0 the base (zeros),
+    row c the c-th evaluation."""
+    base = curve.base
     b1, bk = per_problem(base, "pass@1", "the base"), per_problem(base, f"pass@{k}", "the base")
     d1, dk = [np.zeros_like(b1)], [np.zeros_like(bk)]
     for step, ev in zip(curve.steps, curve.evals):
@@ -155,11 +166,11 @@ def interpolate(m1: np.ndarray, mk: np.ndarray, target: float) -> np.ndarray:
     return np.where(ok, lok + w * (hik - lok), np.nan)
 
 
-def frontier_points(base: dict, curves: Sequence[Curve], ks: Sequence[int], seed: int = 0) -> list[dict]:
+def frontier_points(curves: Sequence[Curve], ks: Sequence[int], seed: int = 0) -> list[dict]:
     """Every evaluated point of every curve: ΔPass@1 and ΔPass@k for each ``k``, with CIs."""
     rows = []
     for curve in curves:
-        per_k = {k: differences(base, curve, k) for k in ks}
+        per_k = {k: differences(curve, k) for k in ks}
         d1 = next(iter(per_k.values()))[0]
         for c, step in enumerate(curve.steps, start=1):
             row = {"run": curve.name, "method": curve.method, "seed": curve.seed, "step": step,
@@ -171,11 +182,11 @@ def frontier_points(base: dict, curves: Sequence[Curve], ks: Sequence[int], seed
     return rows
 
 
-def matched(base: dict, curves: Sequence[Curve], k: int, targets: Sequence[float],
+def matched(curves: Sequence[Curve], k: int, targets: Sequence[float],
             n_boot: int = N_BOOT, seed: int = 0) -> list[dict]:
     """ΔPass@k of each method at each matched ΔPass@1 ``target``, and each pair's difference,
     with CIs from one shared resampling of the problems (module docstring)."""
-    diffs = {c.name: differences(base, c, k) for c in curves}
+    diffs = {c.name: differences(c, k) for c in curves}
     n_problems = next(iter(diffs.values()))[0].shape[1]
     idx = np.random.default_rng(seed).integers(0, n_problems, size=(n_boot, n_problems))
     curve_of = {c.name: c for c in curves}
@@ -216,42 +227,52 @@ def _summary(estimate: float, samples: np.ndarray) -> dict:
     return {"value": _num(estimate), "ci": ci, "reached": float(finite.size / samples.size)}
 
 
-def default_targets(base: dict, curves: Sequence[Curve], n: int = 3) -> list[float]:
+def default_targets(curves: Sequence[Curve], n: int = 3) -> list[float]:
     """``n`` evenly spaced ΔPass@1 gains up to the largest one every run reaches."""
-    reach = min(float(differences(base, c, 1)[0].mean(axis=1).max()) for c in curves)
+    reach = min(float(differences(c, 1)[0].mean(axis=1).max()) for c in curves)
     if reach <= 0:
         raise ValueError("frontier: some run never raises Pass@1 above the base: give --at explicitly")
     return [math.floor(1e4 * reach * (i + 1) / n) / 1e4 for i in range(n)]  # rounded down: still reached
 
 
-def combine(studies: Sequence[tuple[dict, list[Curve]]]) -> tuple[dict, list[Curve]]:
-    """One base and all curves of several study directories (their bases must be the same
-    evaluation: the same problems and per-problem Pass@k); run names must not repeat."""
+def combine(studies: Sequence[tuple[dict, list[Curve]]], where: Sequence[str | Path]) -> list[Curve]:
+    """All curves of several study directories (``where``: their names, for errors): their bases
+    must be evaluated on the same problems (module docstring); run names must not repeat."""
     base, curves = studies[0][0], list(studies[0][1])
-    for other_base, other in studies[1:]:
-        if [r.get("pass@1") for r in other_base["per_problem"]] != [r.get("pass@1") for r in base["per_problem"]]:
-            raise ValueError("frontier: the studies' bases differ (not the same base evaluation)")
+    for (other_base, other), name in zip(studies[1:], where[1:]):
+        _same_problems(base, other_base, f"the base of {name}")
         curves += other
     names = [c.name for c in curves]
     if len(set(names)) != len(names):
         raise ValueError(f"frontier: run names repeat across studies: {sorted(n for n in set(names) if names.count(n) > 1)}")
-    return base, curves
+    return curves
+
+
+def base_record(study_dir: str | Path, base: dict, ks: Sequence[int]) -> dict:
+    """A study's base as the report lists it: its directory, its weights' digest (``base.json``,
+    when the study wrote one) and its mean Pass@k."""
+    path = Path(study_dir) / "base.json"
+    digest = json.loads(path.read_text()).get("digest") if path.is_file() else None
+    return {"study": str(study_dir), "digest": digest,
+            **{f"pass@{k}": float(per_problem(base, f"pass@{k}", "the base").mean()) for k in (1, *ks)}}
 
 
 def report(study_dirs: Sequence[str | Path], ks: Sequence[int] = (8, 32, 64), targets: Sequence[float] | None = None,
            match_k: int | None = None, seed: int = 0) -> dict:
     """The frontier of the runs in ``study_dirs`` (each ``DIR`` or ``DIR=LABEL``, :func:`split_label`): every point, and ΔPass@``match_k`` (default the
     largest ``k``) at matched ΔPass@1 ``targets`` (default :func:`default_targets`)."""
-    base, curves = combine([load_study(*split_label(d)) for d in study_dirs])
+    dirs = [split_label(d)[0] for d in study_dirs]
+    studies = [load_study(*split_label(d)) for d in study_dirs]
+    curves = combine(studies, dirs)
     if not curves:
         raise ValueError(f"frontier: no evaluated runs in {', '.join(map(str, study_dirs))}")
     match_k = max(ks) if match_k is None else match_k
-    targets = list(targets) if targets else default_targets(base, curves)
-    return {"studies": [str(d) for d in study_dirs], "ks": list(ks), "n_problems": len(base["per_problem"]),
-            "base": {f"pass@{k}": float(per_problem(base, f"pass@{k}", "the base").mean()) for k in (1, *ks)},
+    targets = list(targets) if targets else default_targets(curves)
+    return {"studies": [str(d) for d in study_dirs], "ks": list(ks), "n_problems": len(studies[0][0]["per_problem"]),
+            "bases": [base_record(d, base, ks) for d, (base, _) in zip(dirs, studies)],
             "runs": {c.name: {"method": c.method, "seed": c.seed, "steps": list(c.steps)} for c in curves},
-            "points": frontier_points(base, curves, ks, seed),
-            "matched": matched(base, curves, match_k, targets, seed=seed), "n_boot": N_BOOT}
+            "points": frontier_points(curves, ks, seed),
+            "matched": matched(curves, match_k, targets, seed=seed), "n_boot": N_BOOT}
 
 
 def markdown(rep: Mapping) -> str:
@@ -277,8 +298,13 @@ def markdown(rep: Mapping) -> str:
     for p in rep["points"]:
         lines.append(f"| {p['run']} | {p['step']} | {pp(p['d_pass@1'])}{ci(p['d_pass@1_ci'])} | "
                      + " | ".join(f"{pp(p[f'd_pass@{k}'])}{ci(p[f'd_pass@{k}_ci'])}" for k in ks) + " |")
+    lines += ["", "Each run against its own study's base:", "", "| study | base digest | Pass@1 | "
+              + " | ".join(f"Pass@{k}" for k in ks) + " |", "|---|---|---:|" + "---:|" * len(ks)]
+    for b in rep["bases"]:
+        lines.append(f"| {b['study']} | {b['digest'] or '—'} | "
+                     + " | ".join(f"{100 * b[f'pass@{k}']:.2f}" for k in (1, *ks)) + " |")
     return "\n".join(lines) + "\n"
 
 
 __all__ = ["Curve", "load_study", "differences", "crossing", "interpolate", "frontier_points", "matched", "default_targets",
-           "combine", "report", "markdown"]
+           "combine", "base_record", "report", "markdown"]
