@@ -207,7 +207,7 @@ def test_pieces_and_row_chunks_give_the_bits_of_whole_tensors(noise, monkeypatch
         whole.apply(noise, u)
     import zoopt.engines.rule_state as rule_state
 
-    monkeypatch.setattr(rule_state, "ROW_BLOCK_BYTES", 40)  # the rule runs on chunks of 2 rows
+    monkeypatch.setattr(rule_state, "RULE_CHUNK_BYTES", 40)  # the rule runs on chunks of 2 rows; ĝ's blocks stay the plain apply's
     chunked_whole, _ = whole_and_split()
     for u in updates:
         split.apply(noise, u)

@@ -14,7 +14,7 @@ each Ray replica's inner engine — runs the same code:
    blocks in order, each block in chunks of 2²⁰ elements summed pairwise by numpy on the CPU), so
    every engine gets the same ‖ĝ‖₂, bit for bit.  The second pass draws ĝ again (dense noise
    comes from the engine's noise cache when it kept the members' noise).
-3. **The rule** runs element by element on chunks of ≤ 16 MiB of rows of each piece:
+3. **The rule** runs element by element on chunks of ≤ ``RULE_CHUNK_BYTES`` (16 MiB) of rows of each piece:
    ``u = rule.update(ĝ_chunk, state_chunk, θ_chunk, ctx)``, then ``θ_chunk += u``.  The rule's
    operations round once each (:mod:`zoopt.updates.base`), so pieces, chunks and whole tensors
    give the same bits: HF, vLLM (fused and tensor-parallel pieces) and Ray replicas agree.
@@ -38,6 +38,8 @@ import torch
 from ..noise import ROW_BLOCK_BYTES, Noise
 from ..types import Update
 from ..updates.base import StepContext, UpdateRule
+
+RULE_CHUNK_BYTES = 1 << 24  # the most fp32 rows of a piece the rule runs on at once (element-wise: any size, same bits)
 
 
 
@@ -145,7 +147,10 @@ def apply_rule(weights: "MasterWeights", noise: Noise, update: Update) -> None:
 
 
 def _blocks(weights: "MasterWeights", noise: Noise, update: Update, name: str) -> Iterator[tuple[int, torch.Tensor]]:
-    """ĝ of logical tensor ``name`` in the row blocks a plain apply adds (fp32, the master's device)."""
+    """ĝ of logical tensor ``name`` in the row blocks a plain apply adds (fp32, the master's device):
+    the noise's ``ROW_BLOCK_BYTES``, not the rule's chunk size — a low-rank block is a matrix
+    product, whose bits may depend on its row count (MKL's AVX-512 kernels give a 1-row product
+    other bits than the same row of a 6-row one), so ĝ must be cut exactly as the plain apply cuts it."""
     device = weights.master[weights.layout[name][0].param].device
     return noise.combine_rows(update.seeds, update.coefficients, name, weights.shapes[name], device,
                               sample=weights.sampler(noise, name, update.seeds), block_bytes=ROW_BLOCK_BYTES)
@@ -153,13 +158,13 @@ def _blocks(weights: "MasterWeights", noise: Noise, update: Update, name: str) -
 
 def _row_chunks(share: tuple, block: torch.Tensor) -> Iterator[tuple[tuple, tuple]]:
     """``(working-tensor slices, block slices)`` of a piece's share in chunks of at most
-    ``ROW_BLOCK_BYTES`` of fp32 rows (at least one row each; a 0-d tensor is one chunk)."""
+    ``RULE_CHUNK_BYTES`` of fp32 rows (at least one row each; a 0-d tensor is one chunk)."""
     at, rows = share
     if not at:
         yield at, rows
         return
     width = math.prod(block[rows].shape[1:])
-    step = max(1, ROW_BLOCK_BYTES // (4 * width))
+    step = max(1, RULE_CHUNK_BYTES // (4 * width))
     a0, a1, r0 = at[0].start, at[0].stop, rows[0].start
     for k in range(0, a1 - a0, step):
         n = min(step, a1 - a0 - k)
