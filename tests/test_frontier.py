@@ -130,10 +130,35 @@ def test_a_labelled_study_counts_as_other_methods(study, tmp_path):
     assert set(row["methods"]) == {"es", "grpo", "grpo (beta 0.04)"}
     assert row["methods"]["grpo (beta 0.04)"]["value"] == pytest.approx(-0.1)
     assert row["differences"]["grpo - grpo (beta 0.04)"]["value"] == pytest.approx(-0.1)
-    with pytest.raises(ValueError, match="run names repeat"):
+    with pytest.raises(ValueError, match=f"run 'grpo' repeats in {other} with another evaluation at step 10"):
         report([study, other], ks=[8], targets=[0.2])
     with pytest.raises(ValueError, match="an empty label"):
         report([study, f"{other}="], ks=[8], targets=[0.2])
+
+
+def test_the_same_runs_in_two_studies_are_one_curve_over_both_studies_steps(study, tmp_path):
+    """A short study that retrains grpo to step 10 with a checkpoint at step 5, under the same
+    label: grpo's curve is steps 5, 10, 20, its step 10 checked equal to the first study's; the
+    matched gain is read on the finer segment.  Another evaluation at a shared step, or another
+    base, is refused."""
+    short = tmp_path / "short"
+    base = short / "runs" / "base"
+    base.mkdir(parents=True)
+    (base / "eval.json").write_text(json.dumps(evaluation([0.2] * 4, [0.5] * 4)))
+    # step 5 (+0.1, 0.0), final step 10 = the first study's step 10 (+0.2, −0.2)
+    write_run(short, "grpo", [("phase0-grpo-5.json", [0.3] * 4, [0.5] * 4), ("final", [0.4] * 4, [0.3] * 4)], [10])
+    rep = report([study, short], ks=[8], targets=[0.1, 0.15])
+    assert rep["runs"]["grpo"]["steps"] == [5, 10, 20] and rep["runs"]["es"]["steps"] == [10, 15, 20]
+    rows = {r["target_d_pass@1"]: r for r in rep["matched"]}
+    assert rows[0.1]["methods"]["grpo"]["value"] == pytest.approx(0.0)  # at step 5, not −0.1 on 0–10
+    assert rows[0.15]["methods"]["grpo"]["value"] == pytest.approx(-0.1) and rows[0.15]["methods"]["grpo"]["segments"] == {"grpo": [5, 10]}
+    (short / "runs" / "grpo" / "eval.json").write_text(json.dumps(evaluation([0.4] * 4, [0.35] * 4)))
+    with pytest.raises(ValueError, match=f"run 'grpo' repeats in {short} with another evaluation at step 10"):
+        report([study, short], ks=[8], targets=[0.1])
+    (short / "runs" / "grpo" / "eval.json").write_text(json.dumps(evaluation([0.4] * 4, [0.3] * 4)))
+    (base / "eval.json").write_text(json.dumps(evaluation([0.2] * 4, [0.55] * 4)))
+    with pytest.raises(ValueError, match=f"run 'grpo' repeats in {short}, whose base is another evaluation"):
+        report([study, short], ks=[8], targets=[0.1])
 
 
 def test_each_study_is_measured_against_its_own_base(study, tmp_path):

@@ -15,7 +15,9 @@ recipe), but the warm-up's bits depend on the machine and library versions that 
 coverage study's base and a later rebuild differ by 0.005 points of Pass@1), so the bases need
 not be bit-identical; they must be evaluated on the same problems in the same order, and the
 report lists every study's base (its weights' digest from ``base.json`` and its Pass@k) so
-that a difference between them is in view.
+that a difference between them is in view.  The same run in two studies under the same label
+(a short study that checkpoints the first steps of the runs another study checkpoints every 2
+steps) is one curve over both studies' steps, once its shared evaluations are checked equal.
 
 **Matched Pass@1.**  At a target gain ``t > 0`` a run's curve is read where it first reaches
 ``t``: between the consecutive points ``c−1, c`` with ``D1_{c−1} < t ≤ D1_c``,
@@ -237,15 +239,37 @@ def default_targets(curves: Sequence[Curve], n: int = 3) -> list[float]:
 
 def combine(studies: Sequence[tuple[dict, list[Curve]]], where: Sequence[str | Path]) -> list[Curve]:
     """All curves of several study directories (``where``: their names, for errors): their bases
-    must be evaluated on the same problems (module docstring); run names must not repeat."""
+    must be evaluated on the same problems (module docstring).  A run name that appears in two
+    studies (the same label: the same runs, checkpointed at other steps) is one curve over the
+    union of their steps (:func:`merge`)."""
     base, curves = studies[0][0], list(studies[0][1])
     for (other_base, other), name in zip(studies[1:], where[1:]):
         _same_problems(base, other_base, f"the base of {name}")
-        curves += other
-    names = [c.name for c in curves]
-    if len(set(names)) != len(names):
-        raise ValueError(f"frontier: run names repeat across studies: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        known = {c.name: i for i, c in enumerate(curves)}
+        for curve in other:
+            if curve.name in known:
+                curves[known[curve.name]] = merge(curves[known[curve.name]], curve, name)
+            else:
+                curves.append(curve)
     return curves
+
+
+def merge(first: Curve, second: Curve, where: str | Path) -> Curve:
+    """One run read from two studies (``second`` from ``where``) as one curve over the union of
+    their steps.  Only for the same run: the two bases' per-problem evaluations must be equal, and
+    so must the run's at every step both hold (a short study that checkpoints step 1 of the runs
+    another study checkpoints every 2 steps retrains them bit for bit); else a one-line error."""
+    if first.base["per_problem"] != second.base["per_problem"]:
+        raise ValueError(f"frontier: run {first.name!r} repeats in {where}, whose base is another evaluation: "
+                         "give the study another label (DIR=LABEL)")
+    steps = dict(zip(first.steps, first.evals))
+    for step, ev in zip(second.steps, second.evals):
+        if step in steps and steps[step]["per_problem"] != ev["per_problem"]:
+            raise ValueError(f"frontier: run {first.name!r} repeats in {where} with another evaluation at step {step} "
+                             "(not the same run): give the study another label (DIR=LABEL)")
+        steps.setdefault(step, ev)
+    order = sorted(steps)
+    return Curve(first.name, first.method, first.seed, tuple(order), tuple(steps[s] for s in order), first.base)
 
 
 def base_record(study_dir: str | Path, base: dict, ks: Sequence[int]) -> dict:
@@ -307,4 +331,4 @@ def markdown(rep: Mapping) -> str:
 
 
 __all__ = ["Curve", "load_study", "differences", "crossing", "interpolate", "frontier_points", "matched", "default_targets",
-           "combine", "base_record", "report", "markdown"]
+           "combine", "merge", "base_record", "report", "markdown"]
