@@ -39,8 +39,9 @@ LINEAR_ONLY = ("model.embed_tokens.weight", "*norm.weight")  # what LoRA cannot 
 GREEDY = Sampling(temperature=0.0, max_new_tokens=16, logprobs=True)
 # fp32 log-probs of two kernels (vLLM's per-adapter LoRA products against HF's batched hooks), over 16
 # greedy tokens at σ = 0.3: measured under the counter noise stream at 1.4e-5 and 3.0e-5 (4 members,
-# rank 1 and 2) and 1.02e-4 (16 members) on log-probs near −3 (relative 3e-5). The tokens must be equal.
-LOGPROB_ATOL = 2e-4
+# rank 1 and 2) and 1.02e-4 (16 members) on log-probs near −3 (relative 3e-5) on an AVX2 machine, and
+# 2.31e-4 (16 members) on an AVX-512 one, whose oneDNN/MKL kernels round otherwise. The tokens must be equal.
+LOGPROB_ATOL = 5e-4
 
 
 def pairs(n: int, sigma: float, first_seed: int = 21) -> Population:
