@@ -139,8 +139,8 @@ def test_a_labelled_study_counts_as_other_methods(study, tmp_path):
 def test_the_same_runs_in_two_studies_are_one_curve_over_both_studies_steps(study, tmp_path):
     """A short study that retrains grpo to step 10 with a checkpoint at step 5, under the same
     label: grpo's curve is steps 5, 10, 20, its step 10 checked equal to the first study's; the
-    matched gain is read on the finer segment.  Another evaluation at a shared step, or another
-    base, is refused."""
+    matched gain is read on the finer segment.  Another evaluation at a shared step, no shared
+    step, or another base, is refused."""
     short = tmp_path / "short"
     base = short / "runs" / "base"
     base.mkdir(parents=True)
@@ -156,6 +156,10 @@ def test_the_same_runs_in_two_studies_are_one_curve_over_both_studies_steps(stud
     with pytest.raises(ValueError, match=f"run 'grpo' repeats in {short} with another evaluation at step 10"):
         report([study, short], ks=[8], targets=[0.1])
     (short / "runs" / "grpo" / "eval.json").write_text(json.dumps(evaluation([0.4] * 4, [0.3] * 4)))
+    (short / "runs" / "grpo" / "result.json").write_text(json.dumps({"phases": [{"steps": 8}]}))  # final at step 8
+    with pytest.raises(ValueError, match=f"run 'grpo' repeats in {short} with no step in common"):
+        report([study, short], ks=[8], targets=[0.1])
+    (short / "runs" / "grpo" / "result.json").write_text(json.dumps({"phases": [{"steps": 10}]}))
     (base / "eval.json").write_text(json.dumps(evaluation([0.2] * 4, [0.55] * 4)))
     with pytest.raises(ValueError, match=f"run 'grpo' repeats in {short}, whose base is another evaluation"):
         report([study, short], ks=[8], targets=[0.1])

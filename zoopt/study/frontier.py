@@ -257,12 +257,15 @@ def combine(studies: Sequence[tuple[dict, list[Curve]]], where: Sequence[str | P
 def merge(first: Curve, second: Curve, where: str | Path) -> Curve:
     """One run read from two studies (``second`` from ``where``) as one curve over the union of
     their steps.  Only for the same run: the two bases' per-problem evaluations must be equal, and
-    so must the run's at every step both hold (a short study that checkpoints step 1 of the runs
+    so must the run's at every step both hold, and there must be one (a short study that checkpoints step 1 of the runs
     another study checkpoints every 2 steps retrains them bit for bit); else a one-line error."""
     if first.base["per_problem"] != second.base["per_problem"]:
         raise ValueError(f"frontier: run {first.name!r} repeats in {where}, whose base is another evaluation: "
                          "give the study another label (DIR=LABEL)")
     steps = dict(zip(first.steps, first.evals))
+    if not set(first.steps) & set(second.steps):
+        raise ValueError(f"frontier: run {first.name!r} repeats in {where} with no step in common, so it cannot be "
+                         "checked to be the same run: give the study another label (DIR=LABEL)")
     for step, ev in zip(second.steps, second.evals):
         if step in steps and steps[step]["per_problem"] != ev["per_problem"]:
             raise ValueError(f"frontier: run {first.name!r} repeats in {where} with another evaluation at step {step} "
