@@ -14,6 +14,9 @@ worker only after a trial ends, so two workers can both start the last trial.)
 Resuming: the study is loaded if it exists, so calling ``run`` again adds ``n_trials`` trials.
 Trials left RUNNING by a killed process are marked FAIL (heartbeats, see :mod:`sweeps.study`)
 before new ones start.  The paper-defaults trial is enqueued only into an empty study.
+``total_trials`` instead of ``n_trials`` runs the rest of a planned sweep: ``total_trials``
+minus the study's finished (COMPLETE or PRUNED) trials, counted after the stale ones are failed,
+so the same call, repeated after a cut, ends with exactly ``total_trials`` finished trials.
 """
 
 from __future__ import annotations
@@ -26,15 +29,19 @@ import optuna
 
 from .objective import EvaluateFn, TrialObjective
 from .spec import SweepSpec, check_name, load_spec
-from .study import count_trials, make_storage, open_study
+from .study import count_finished, count_trials, make_storage, open_study
 
 DEFAULT_ROOT = Path("runs") / "sweeps"
 
 
 def run(spec: str | Path | dict | SweepSpec, *, study_name: str | None = None, storage: str | None = None,
         n_trials: int | None = None, workers: int = 1, run_root: str | Path | None = None,
-        evaluate_fn: EvaluateFn | None = None, report: bool = True) -> optuna.Study:
+        evaluate_fn: EvaluateFn | None = None, report: bool = True,
+        total_trials: int | None = None) -> optuna.Study:
     """Run ``n_trials`` (default: the spec's) trials of ``spec`` and return the study.
+
+    ``total_trials``: run only as many trials as the study lacks of that many finished ones
+    (exclusive with ``n_trials``; see the module docstring).
 
     ``storage``: an RDB URL; default ``sqlite:///<run_root>/<study>/study.db``.
     ``study_name``: default the spec's ``name`` (its file name).  ``evaluate_fn``: see
@@ -42,9 +49,11 @@ def run(spec: str | Path | dict | SweepSpec, *, study_name: str | None = None, s
     """
     spec = load_spec(spec)
     name = check_name(study_name) if study_name is not None else spec.name
-    n_trials = spec.n_trials if n_trials is None else n_trials
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
-        raise ValueError(f"n_trials must be an integer >= 0, got {n_trials!r}")
+    if n_trials is not None and total_trials is not None:
+        raise ValueError(f"give n_trials ({n_trials!r}) or total_trials ({total_trials!r}), not both")
+    _check_count("total_trials", total_trials)
+    n_trials = spec.n_trials if n_trials is None and total_trials is None else n_trials
+    _check_count("n_trials", n_trials)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     study_dir = Path(run_root or DEFAULT_ROOT) / name
@@ -60,6 +69,8 @@ def run(spec: str | Path | dict | SweepSpec, *, study_name: str | None = None, s
         optuna.storages.fail_stale_trials(study)
     if spec.enqueue_paper_defaults and not study.trials:
         study.enqueue_trial(spec.paper_trial(), user_attrs={"paper_defaults": True}, skip_if_exists=True)
+    if total_trials is not None:
+        n_trials = max(0, total_trials - count_finished(study))
     shares = [n_trials // workers + (i < n_trials % workers) for i in range(workers)]
     if workers == 1:
         _optimize(study, spec, study_dir, shares[0], evaluate_fn, worker=0)
@@ -70,6 +81,11 @@ def run(spec: str | Path | dict | SweepSpec, *, study_name: str | None = None, s
 
         write_report(study, study_dir)
     return study
+
+
+def _check_count(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 def _optimize(study: optuna.Study, spec: SweepSpec, study_dir: Path, n_trials: int,

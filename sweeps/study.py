@@ -106,6 +106,12 @@ def count_trials(storage: RDBStorage, name: str) -> int:
         return 0
 
 
+def count_finished(study: optuna.Study) -> int:
+    """Trials of ``study`` that ran to their end: COMPLETE or PRUNED (not FAIL, RUNNING, WAITING)."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
 def open_study(spec: SweepSpec, name: str, storage: RDBStorage, *, worker: int = 0,
                workers: int = 1, n_existing: int = 0) -> optuna.Study:
     """Create the study or load it if it exists (a resumed sweep adds trials).

@@ -197,6 +197,7 @@ LINES: dict[str, Case] = {
     "zoopt train --set update.rule=adam --set lr=6.25e-4": Case(),
     "zoopt train --set update.rule=momentum --set update.nesterov=true --set update.weight_decay=0.01": Case(),
     "zoopt sweep my.yaml --study s1 --n-trials 10": Case(),
+    "zoopt sweep my.yaml --total-trials 16": Case(subs={"--total-trials 16": "--total-trials 2"}),
     "zoopt sweep my.yaml --storage postgresql://host/db": Case(
         subs={"postgresql://host/db": "sqlite:///{work}/shared-storage.db"}),
     # docs/vllm.md
@@ -243,6 +244,8 @@ def argv_for(text: str, case: Case, work: Path, index: int) -> list[str]:
         extra = ["--quiet"]
     if command == "sweep":
         rest = [_tiny_spec(rest[0], work), *rest[1:]]
+        if "--total-trials" in rest:  # exclusive with TINY's --n-trials; the line's subs make its count tiny
+            extra = []
         if "--run-root" not in rest:
             extra += ["--run-root", str(work / "sweeps")]
     if case.out:

@@ -127,6 +127,24 @@ def test_a_stale_running_trial_is_marked_fail(tmp_path):
     assert states(study) == ["FAIL", "COMPLETE"]
 
 
+def test_total_trials_runs_the_rest_of_a_planned_sweep_after_a_cut(tmp_path):
+    spec = tiny(heartbeat={"interval": 1, "grace_period": 1})
+    study = sweeps.run(spec, study_name="plan", run_root=tmp_path, total_trials=2, report=False)
+    assert states(study) == ["COMPLETE"] * 2
+    storage = make_storage(f"sqlite:///{tmp_path / 'plan' / 'study.db'}", sweeps.load_spec(spec))
+    dead = optuna.load_study(study_name="plan", storage=storage).ask()  # the cut: a killed process's trial
+    storage.record_heartbeat(dead._trial_id)
+    time.sleep(2.1)
+    study = sweeps.run(spec, study_name="plan", run_root=tmp_path, total_trials=4, report=False)
+    assert states(study) == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]  # the FAIL does not count
+    study = sweeps.run(spec, study_name="plan", run_root=tmp_path, total_trials=4, report=False)
+    assert len(study.trials) == 5  # the plan is complete: the same call runs nothing
+    with pytest.raises(ValueError, match=r"^give n_trials \(1\) or total_trials \(4\), not both$"):
+        sweeps.run(spec, study_name="plan", run_root=tmp_path, n_trials=1, total_trials=4)
+    with pytest.raises(ValueError, match=r"^total_trials must be an integer >= 0, got -1$"):
+        sweeps.run(spec, study_name="plan", run_root=tmp_path, total_trials=-1)
+
+
 # -- pruning ---------------------------------------------------------------------------------
 def test_median_pruner_prunes_a_trial_below_the_median(tmp_path):
     spec = tiny(pruner={"type": "median", "n_startup_trials": 1, "n_warmup_steps": 0}, report_every=1)
@@ -292,6 +310,11 @@ def test_cli_sweep_command(tmp_path, capsys):
     study = optuna.load_study(study_name="mine", storage=f"sqlite:///{tmp_path / 'runs' / 'mine' / 'study.db'}")
     assert states(study) == ["COMPLETE"] and math.isfinite(study.trials[0].value)
     assert (tmp_path / "runs" / "mine" / "best.yaml").is_file()
+    args = parser.parse_args(["sweep", str(spec_path), "--total-trials", "2", "--run-root", str(tmp_path / "runs")])
+    assert args.func(args) == 0
+    assert "study mine: 2 complete, 0 pruned, 0 fail" in capsys.readouterr().out  # one more, not two
+    with pytest.raises(SystemExit):  # argparse: not allowed with argument --n-trials
+        parser.parse_args(["sweep", str(spec_path), "--n-trials", "1", "--total-trials", "2"])
 
 
 # -- GRPO sweeps ------------------------------------------------------------------------------
