@@ -2,7 +2,11 @@
 
 :class:`TrialObjective` is the ``func`` given to ``study.optimize``.  For a trial it
 
-1. suggests every param of ``spec.space`` (trial params are keyed by dotted config keys);
+1. suggests every param of ``spec.space`` (trial params are keyed by dotted config keys); when a
+   COMPLETE trial of the study has exactly these params, it returns that trial's values without
+   training (user attr ``duplicate_of``): a trial's config is its params over a fixed base and
+   seed, so the run would repeat that trial's run, and a sampler does propose the same params
+   again (NSGA-II's crossover can copy a parent whole: 2 of the frontier sweep's 16 trials);
 2. builds the train config (:meth:`SweepSpec.trial_config`) with ``run_dir`` =
    ``<study_dir>/trials/trial-NNNN`` and records ``run_dir``, ``config``, ``steps`` and
    ``worker`` as trial user attrs;
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from zoopt.runs.rundir import RunDir
 from zoopt.workflows.builders import evaluate_run
@@ -72,6 +77,9 @@ class TrialObjective:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
         params = {name: param.suggest(trial) for name, param in spec.space.items()}
+        twin = completed_twin(trial.study, params)
+        if twin is not None:
+            return self._reuse(trial, twin)
         run_dir = self.study_dir / "trials" / f"trial-{trial.number:04d}"
         cfg = spec.trial_config(params, run_dir)
         for key, value in (("run_dir", str(run_dir)), ("config", cfg), ("steps", cfg["steps"]),
@@ -86,6 +94,15 @@ class TrialObjective:
         except Exception as exc:
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
             raise
+
+    def _reuse(self, trial: optuna.Trial, twin: FrozenTrial) -> float | list[float]:
+        """``twin``'s values and its run's user attrs, with ``duplicate_of`` = its number."""
+        trial.set_user_attr("duplicate_of", twin.number)
+        for key in ("run_dir", "config", "steps", "eval"):
+            if key in twin.user_attrs:
+                trial.set_user_attr(key, twin.user_attrs[key])
+        trial.set_user_attr("worker", self.worker)
+        return list(twin.values) if self.spec.multi_objective else twin.value
 
     def _train(self, trial: optuna.Trial, cfg: dict, run_dir: Path) -> float | list[float]:
         trainer = start_run(self.spec.method, cfg, run_dir)
@@ -116,6 +133,15 @@ class TrialObjective:
                                          or (k.endswith("_ci") and isinstance(v, (list, tuple)))})
         values = [metric_value(o, summary, record) for o in spec.objectives]
         return values if spec.multi_objective else values[0]
+
+
+def completed_twin(study: optuna.Study, params: dict) -> FrozenTrial | None:
+    """The first COMPLETE trial of ``study`` whose params equal ``params`` exactly, or None.
+    (A twin still RUNNING on another worker is not waited for: that pair trains twice.)"""
+    for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if done.params == params:
+            return done
+    return None
 
 
 def _nan(value) -> bool:

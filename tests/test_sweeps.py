@@ -116,6 +116,24 @@ def test_a_nan_metric_is_fail(tmp_path):
     assert not (tmp_path / "nan" / "best.yaml").exists()  # the report copes with no completed trial
 
 
+def test_a_repeated_param_set_reuses_the_completed_trial_without_training(tmp_path):
+    """A sampler proposing a completed trial's params again (NSGA-II does) gets that trial's value
+    back, with ``duplicate_of``; no run is trained for it.  Other params still train."""
+    spec = tiny()
+    study = sweeps.run(spec, study_name="dup", run_root=tmp_path, n_trials=0, report=False)
+    same = {"sigma": 0.02, "lr": 1e-3, "population_size": 2}
+    for params in (same, same, {**same, "sigma": 0.03}):
+        study.enqueue_trial(params)
+    study = sweeps.run(spec, study_name="dup", run_root=tmp_path, n_trials=3, evaluate_fn=eval_sigma, report=False)
+    first, twin, other = sorted(study.trials, key=lambda t: t.number)
+    assert states(study) == ["COMPLETE"] * 3
+    assert twin.value == first.value == 0.02 and other.value == 0.03
+    assert twin.user_attrs["duplicate_of"] == 0 and "duplicate_of" not in other.user_attrs
+    assert twin.user_attrs["run_dir"] == first.user_attrs["run_dir"]
+    trials = tmp_path / "dup" / "trials"
+    assert sorted(p.name for p in trials.iterdir()) == ["trial-0000", "trial-0002"]
+
+
 def test_a_stale_running_trial_is_marked_fail(tmp_path):
     spec = tiny(heartbeat={"interval": 1, "grace_period": 1})
     sweeps.run(spec, study_name="stale", run_root=tmp_path, n_trials=0, report=False)
