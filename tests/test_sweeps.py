@@ -303,6 +303,7 @@ def test_the_frontier_spec_searches_at_a_fixed_budget_on_the_validation_split():
     spec = sweeps.load_spec("frontier")
     assert spec.metric_names == ["pass@1", "pass@64"] and spec.sampler[0] == "nsga2"
     assert spec.base["objective"] == "zoopt.study.validation:ValidationSplit"
+    assert spec.trial_config({}, None)["dtype"] == "bfloat16"  # as the committed trials ran
     assert spec.base["objective_args"]["n_validation"] == spec.base["eval"]["n_problems"] == 200
     assert spec.paper_trial() == {"sigma": 1.5e-3, "lr": 2.5e-4, "population_size": 32, "shaping": "zscore",
                                   "noise.kind": "gaussian", "update.rule": "sgd"}
