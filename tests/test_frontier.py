@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zoopt.cli import main
-from zoopt.study.frontier import interpolate, load_study, matched, report
+from zoopt.study.frontier import interpolate, load_study, matched, report, share
 
 
 def evaluation(pass1, pass8, golds=None):
@@ -96,6 +96,13 @@ def test_interpolate_reads_the_first_crossing():
     assert np.isnan(interpolate(m1, mk, 0.5)[0])
     with pytest.raises(ValueError, match="must be > 0"):
         interpolate(m1, mk, 0.0)
+
+
+def test_the_reached_share_never_rounds_to_an_end_it_is_not():
+    assert share(0.0) == "0 %" and share(1.0) == "100 %" and share(0.5) == "50 %"
+    assert share(7 / 2000) == "0.4 %" and share(1 / 2000) == "0.1 %"  # a CI over 7 or 1 resamples
+    assert share(1996 / 2000) == "99.8 %" and share(1999 / 2000) == "99.9 %"
+    assert share(0.9935) == "99.3 %" and share(0.01) == "1 %" and share(0.99) == "99 %"
 
 
 def test_cli_writes_the_report_and_refuses_what_is_not_a_study(study, tmp_path, capsys):
