@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from zoopt.reporting.plots import (plot_entropy, plot_magnitude_histogram, plot_pass_at_k,
-                         plot_training_log)
+from zoopt.reporting.plots import (frontier_figure, plot_entropy, plot_frontier, plot_magnitude_histogram,
+                                   plot_pass_at_k, plot_training_log)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -52,3 +52,17 @@ def test_training_log_plot(tmp_path):
     bad.write_text('{"step": 0}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         plot_training_log(bad, tmp_path / "x.png")
+
+
+def test_frontier_zoom_fits_the_y_range_to_the_points_shown(tmp_path):
+    """--xmax: every panel ends at xmax, and a point beyond it (ΔPass@8 −30 at ΔPass@1 +40) does
+    not stretch the y range, which spans the shown points (−2 … +1) and the base (0) plus 5 %."""
+    pts = [{"run": "es", "method": "es", "seed": 0, "step": 10, "d_pass@1": 0.02, "d_pass@8": 0.01},
+           {"run": "grpo", "method": "grpo", "seed": 0, "step": 1, "d_pass@1": 0.03, "d_pass@8": -0.02},
+           {"run": "grpo", "method": "grpo", "seed": 0, "step": 20, "d_pass@1": 0.40, "d_pass@8": -0.30}]
+    (ax,) = frontier_figure(pts, [8], xmax=5.0).axes
+    assert ax.get_xlim() == pytest.approx((-0.5, 5.0))
+    assert ax.get_ylim() == pytest.approx((-2.15, 1.15))
+    (ax,) = frontier_figure(pts, [8]).axes  # no zoom: the far point is inside
+    assert ax.get_xlim()[1] > 40 and ax.get_ylim()[0] < -30
+    assert_png(plot_frontier(pts, [8], tmp_path / "f.png", xmax=5.0))

@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--at", help="matched ΔPass@1 gains, as fractions (0.05 = 5 points); default: 3 evenly spaced "
                                 "up to the largest every run reaches")
     p.add_argument("--match-k", type=int, help="the k compared at matched Pass@1 (default the largest --k)")
+    p.add_argument("--xmax", type=float, help="zoom the plot to ΔPass@1 up to this many points (default: every point)")
     p.add_argument("--out", required=True, help="directory for frontier.json, frontier.md and frontier.png")
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out / "frontier.json", json.dumps(rep, indent=2) + "\n")
     text = markdown(rep)
     write_text_atomic(out / "frontier.md", text)
-    plot_frontier(rep["points"], ks, out / "frontier.png")
+    plot_frontier(rep["points"], ks, out / "frontier.png", xmax=args.xmax)
     print(text.split("\n\n| run")[0])
     print(f"wrote {out / 'frontier.json'}, {out / 'frontier.md'}, {out / 'frontier.png'}")
     return 0

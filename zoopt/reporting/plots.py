@@ -72,10 +72,17 @@ def plot_points(points: Mapping[str, tuple[float, float]], path: str | Path, xla
     return _save(fig, path)
 
 
-def plot_frontier(points: Sequence[Mapping], ks: Sequence[int], path: str | Path) -> Path:
+def plot_frontier(points: Sequence[Mapping], ks: Sequence[int], path: str | Path, xmax: float | None = None) -> Path:
+    """:func:`frontier_figure` saved to ``path``."""
+    return _save(frontier_figure(points, ks, xmax), path)
+
+
+def frontier_figure(points: Sequence[Mapping], ks: Sequence[int], xmax: float | None = None):
     """``zoopt frontier``'s points (:func:`zoopt.study.frontier.frontier_points`): per ``k`` a
     panel of ΔPass@k against ΔPass@1 (points), each run a line from the base (0, 0) through its
-    checkpoints in training order, one colour per method, one marker per seed."""
+    checkpoints in training order, one colour per method, one marker per seed.  ``xmax`` (points
+    of ΔPass@1) zooms every panel to ``ΔPass@1 ≤ xmax``, its y range fitted to the points shown
+    (lines to points beyond it run off the edge)."""
     methods = sorted({p["method"] for p in points})
     colours = {m: f"C{i}" for i, m in enumerate(methods)}
     markers = "osD^vP*X"
@@ -89,11 +96,16 @@ def plot_frontier(points: Sequence[Mapping], ks: Sequence[int], path: str | Path
                     markersize=4, linewidth=1, label=run)
         ax.axhline(0, color="grey", linewidth=0.6)
         ax.axvline(0, color="grey", linewidth=0.6)
+        if xmax is not None:
+            shown = [0.0] + [100 * p[f"d_pass@{k}"] for p in points if 100 * p["d_pass@1"] <= xmax]
+            pad = 0.05 * (max(shown) - min(shown) or 1.0)
+            ax.set_xlim(min(-0.5, min(100 * p["d_pass@1"] for p in points) - 0.5), xmax)
+            ax.set_ylim(min(shown) - pad, max(shown) + pad)
         ax.set_xlabel("ΔPass@1 (points)")
         ax.set_ylabel(f"ΔPass@{k} (points)")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
-    return _save(fig, path)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
 
 
 def _plot_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path: str | Path, xlabel: str,
