@@ -116,6 +116,8 @@ def test_cli_writes_the_report_and_refuses_what_is_not_a_study(study, tmp_path, 
     assert "has no runs/ directory" in capsys.readouterr().err
     assert main(["frontier", str(study), "--k", "8", "--at", "x", "--out", str(out)]) == 2
     assert "--at: expected comma-separated numbers" in capsys.readouterr().err
+    assert main(["frontier", str(study), "--k", "8", "--xmax", "0", "--out", str(out)]) == 2
+    assert "--xmax: expected a positive number" in capsys.readouterr().err
 
 
 def test_a_run_on_other_problems_is_refused(study):

@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     ks = _numbers(args.k, int, "--k")
     targets = _numbers(args.at, float, "--at") if args.at else None
+    if args.xmax is not None and not args.xmax > 0:
+        raise ValueError(f"--xmax: expected a positive number of points of ΔPass@1, got {args.xmax}")
     rep = report(args.studies, ks=ks, targets=targets, match_k=args.match_k)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
